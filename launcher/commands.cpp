@@ -1,0 +1,144 @@
+// commands.cpp: hello, run, train, clean, and the dispatch of every command.
+#include "commands.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "command_args.hpp"
+#include "xspawn/xspawn.hpp"
+
+// The launcher uses the runtime's internal sweep for `clean`.
+#include "segment.hpp"
+
+namespace po = boost::program_options;
+
+namespace xs::cli {
+namespace {
+
+// seed 000's simple_map_fn: a tensor from the common seed, the core this process uses, and a
+// rendezvous so the master does not finish before the others have joined.
+int helloWorker(int index, const Flags& flags) {
+  const auto seed = flags.get<unsigned>("seed", 1234u);
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  float t[4];
+  for (float& v : t) v = normal(gen);
+
+  const DeviceInfo& dev = device();
+  if (dev.cpu >= 0) {
+    std::printf("Process %d is using %s (cpu %d)\n", index, dev.name.c_str(), dev.cpu);
+  } else {
+    std::printf("Process %d is using %s\n", index, dev.name.c_str());
+  }
+  std::fflush(stdout);
+
+  std::vector<std::string> all = rendezvous("init", std::string_view(reinterpret_cast<const char*>(t), sizeof t));
+  if (is_master_ordinal()) {
+    bool same = true;
+    for (const std::string& p : all) same = same && p == all[0];
+    std::printf("Printing on the master process\n");
+    std::printf("tensor([[%7.4f, %7.4f],\n        [%7.4f, %7.4f]])\n", t[0], t[1], t[2], t[3]);
+    std::printf("%s on all %d ranks (seed %u)\n", same ? "identical" : "NOT identical",
+                world_size(), seed);
+    if (!same) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string siblingProgram(const std::string& name) {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  auto path = self.parent_path() / name;
+  return ::access(path.c_str(), X_OK) == 0 ? path.string() : "";
+}
+
+int helloCommand(const Invocation& inv) {
+  po::options_description desc("hello options");
+  desc.add_options()("seed", po::value<unsigned>()->default_value(1234), "the common seed of the tensor every rank makes");
+  po::variables_map vm;
+  if (!parseCommandArgs("hello", "usage: xspawn [launcher options] hello [--seed N]\n\n"
+                        "Every process prints 'Process i is using xcore:i', they meet at rendezvous\n"
+                        "'init', and the master prints a tensor made from the common seed.",
+                        desc, inv.args, vm)) {
+    return 0;
+  }
+  SpawnOptions o = inv.spawn;
+  o.flags.set("seed", vm["seed"].as<unsigned>());
+  return spawn(helloWorker, o.nprocs, o).exitCode;
+}
+
+int runProgramCommand(const Invocation& inv) {
+  std::vector<std::string> program = inv.args;
+  if (!program.empty() && (program[0] == "--help" || program[0] == "-h")) {
+    std::cout << "usage: xspawn [launcher options] run [--] PROGRAM [ARGS...]\n\n"
+                 "Runs PROGRAM as the N workers. Each gets XSPAWN_RANK, XSPAWN_LOCAL_RANK,\n"
+                 "XSPAWN_WORLD_SIZE, XSPAWN_LOCAL_WORLD_SIZE, XSPAWN_JOB_ID and XSPAWN_SHM; a program\n"
+                 "linked with the xspawn runtime calls xs::init() and gets the whole API.\n";
+    return 0;
+  }
+  if (!program.empty() && program[0] == "--") program.erase(program.begin());
+  if (program.empty()) {
+    XS_THROW(UsageError, "run: no program given; usage: xspawn run -- PROGRAM [ARGS...]");
+  }
+  SpawnOptions o = inv.spawn;
+  o.program = program;
+  return run(o).exitCode;
+}
+
+int trainCommand(const Invocation& inv) {
+  std::string trainer = siblingProgram("xspawn-train");
+  if (trainer.empty()) {
+    std::fprintf(stderr,
+                 "xspawn: training is not built yet: 'xspawn train' needs the xspawn-train "
+                 "program next to xspawn, and this build does not include it\n");
+    return 1;
+  }
+  SpawnOptions o = inv.spawn;
+  o.program = {trainer};
+  o.program.insert(o.program.end(), inv.args.begin(), inv.args.end());
+  return run(o).exitCode;
+}
+
+int cleanCommand(const Invocation& inv) {
+  po::options_description desc("clean options");
+  desc.add_options()("dry-run", "only list what would be removed");
+  po::variables_map vm;
+  if (!parseCommandArgs("clean", "usage: xspawn clean [--dry-run]\n\n"
+                        "Removes this user's xspawn shared memory in /dev/shm whose launcher is no\n"
+                        "longer running (a launcher killed by SIGKILL cannot clean up after itself;\n"
+                        "every xspawn run also does this sweep first).",
+                        desc, inv.args, vm)) {
+    return 0;
+  }
+  bool dry = vm.count("dry-run") > 0;
+  auto stale = detail::sweepStaleSegments(dry);
+  for (const auto& s : stale) {
+    std::printf("%s /dev/shm/%s (job '%s'): %s\n", dry ? "would remove" : "removed", s.name.c_str(),
+                s.jobId.c_str(), s.why.c_str());
+  }
+  if (stale.empty()) std::printf("no stale xspawn shared memory\n");
+  return 0;
+}
+
+int runCommand(const Invocation& inv) {
+  const std::string& c = inv.command;
+  if (c == "hello") return helloCommand(inv);
+  if (c == "run") return runProgramCommand(inv);
+  if (c == "train") return trainCommand(inv);
+  if (c == "bench") return benchCommand(inv);
+  if (c == "clean") return cleanCommand(inv);
+  XS_THROW(UsageError, fmt::format("unknown command '{}' (commands: hello, run, train, bench, "
+                                   "clean); try 'xspawn --help'",
+                                   c));
+}
+
+}  // namespace xs::cli

@@ -1,0 +1,58 @@
+// flags.hpp: xs::Flags, the settings every worker function receives (the `flags` dict of
+// torch_xla's xmp.spawn examples): string keys, values read back as typed settings.
+#pragma once
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "xspawn/error.hpp"
+
+namespace xs {
+
+class Flags {
+ public:
+  Flags() = default;
+  Flags& set(std::string key, std::string value) {
+    values_[std::move(key)] = std::move(value);
+    return *this;
+  }
+  template <class T>
+  Flags& set(std::string key, const T& value) {
+    std::ostringstream out;
+    out << value;
+    return set(std::move(key), out.str());
+  }
+  bool has(std::string_view key) const { return values_.find(std::string(key)) != values_.end(); }
+  // The value of `key` converted to T, or `fallback` when absent; a value that does not
+  // convert throws UsageError naming the key.
+  template <class T>
+  T get(std::string_view key, const T& fallback) const {
+    auto it = values_.find(std::string(key));
+    if (it == values_.end()) return fallback;
+    if constexpr (std::is_same_v<T, std::string>) {
+      return it->second;
+    } else {
+      std::istringstream in(it->second);
+      T value{};
+      if (!(in >> value) || !(in >> std::ws).eof()) {
+        XS_THROW(UsageError, "flag '" + it->first + "' has value '" + it->second +
+                                 "', which is not of the expected type");
+      }
+      return value;
+    }
+  }
+  std::string get(std::string_view key, const char* fallback) const {
+    return get<std::string>(key, std::string(fallback));
+  }
+  const std::map<std::string, std::string>& values() const { return values_; }
+  // "key=value" lines, and back: how flags travel to exec'd workers.
+  std::string serialize() const;
+  static Flags deserialize(std::string_view text);
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+}  // namespace xs

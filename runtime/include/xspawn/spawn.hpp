@@ -1,0 +1,78 @@
+// spawn.hpp: xs::spawn and xs::run: start N worker processes and supervise them to the end
+// (the same code the `xspawn` launcher runs). The worker function runs as
+// fn(int index, const Flags&) in each process, as torch_xla's xmp.spawn(map_fn) does.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "xspawn/flags.hpp"
+#include "xspawn/report.hpp"
+
+namespace xs {
+
+enum class StartMethod { kFork, kExec };
+enum class BindTo { kNone, kCore };
+// How waits inside rendezvous and collectives wait (kHybrid: spin briefly, then futex).
+enum class WaitPolicy { kHybrid, kSpin, kFutex };
+
+struct SpawnOptions {
+  int nprocs = 0;                    // 0: the number of online cores
+  StartMethod startMethod = StartMethod::kFork;
+  BindTo bindTo = BindTo::kNone;     // kCore: worker i pinned to core i mod cores
+  std::chrono::milliseconds timeout{300000};  // deadline of every rendezvous and collective
+  std::string logDir;                // one log per rank, the launcher's log, report.json
+  bool tagOutput = false;            // "[rank i] " before every console line
+  bool quiet = false;                // no start/end lines from the supervisor
+  bool printReport = true;           // the failure report on stderr
+  std::string jobId;                 // empty: generated
+  Flags flags;                       // handed to every worker function
+  std::vector<std::string> program;  // kExec: the program and its arguments (empty: this one)
+  std::chrono::milliseconds killGrace{10000};  // after SIGTERM, how long until SIGKILL
+  WaitPolicy waitPolicy = WaitPolicy::kHybrid;
+  std::size_t rendezvousChunk = 32 * 1024;  // bytes per rank and round of rendezvous payload
+  std::size_t arenaBytes = 0;        // shared memory reserved for collectives
+  std::vector<std::string> extraEnv; // "NAME=value" for every worker
+};
+
+struct JobResult {
+  int exitCode = 0;   // 0 only when every rank exited 0; else the first failure's code or 128+signal
+  JobReport report;
+  bool succeeded() const { return exitCode == 0; }
+};
+
+using WorkerFn = std::function<int(int index, const Flags& flags)>;
+
+namespace detail {
+JobResult spawnWorkers(WorkerFn fn, SpawnOptions options);
+}
+
+// Runs fn(index, options.flags) in `nprocs` processes (0: one per online core), supervises
+// them and returns when all have ended. A worker process ends when fn returns: exit code 0
+// (or fn's int result), 1 if fn throws. Inside a worker (the process was started by xspawn),
+// spawn runs fn as this worker and ends the process. Call it before starting threads.
+template <class Fn>
+JobResult spawn(Fn&& fn, int nprocs, SpawnOptions options = {}) {
+  options.nprocs = nprocs;
+  WorkerFn wrapped = [f = std::forward<Fn>(fn)](int index, const Flags& flags) -> int {
+    if constexpr (std::is_void_v<std::invoke_result_t<Fn&, int, const Flags&>>) {
+      f(index, flags);
+      return 0;
+    } else {
+      return static_cast<int>(f(index, flags));
+    }
+  };
+  return detail::spawnWorkers(std::move(wrapped), std::move(options));
+}
+
+// Runs options.program (argv) as the N workers: each gets XSPAWN_RANK, XSPAWN_LOCAL_RANK,
+// XSPAWN_WORLD_SIZE, XSPAWN_JOB_ID and what xs::init() needs to attach.
+JobResult run(SpawnOptions options);
+
+// The number of online cores (the default nprocs).
+int onlineCores();
+
+}  // namespace xs

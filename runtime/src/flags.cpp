@@ -1,0 +1,37 @@
+// flags.cpp: Flags' length-prefixed text form ("<klen>:<key><vlen>:<value>..."), so any bytes
+// survive the trip through an environment variable to exec'd workers.
+#include "xspawn/flags.hpp"
+
+#include <string>
+
+namespace xs {
+
+std::string Flags::serialize() const {
+  std::string out;
+  for (const auto& [k, v] : values_) {
+    out += std::to_string(k.size()) + ":" + k + std::to_string(v.size()) + ":" + v;
+  }
+  return out;
+}
+
+Flags Flags::deserialize(std::string_view text) {
+  Flags flags;
+  std::size_t pos = 0;
+  auto field = [&](std::string& out) {
+    std::size_t colon = text.find(':', pos);
+    if (colon == std::string_view::npos) XS_THROW(UsageError, "malformed XSPAWN_FLAGS");
+    std::size_t n = std::stoul(std::string(text.substr(pos, colon - pos)));
+    if (colon + 1 + n > text.size()) XS_THROW(UsageError, "malformed XSPAWN_FLAGS");
+    out = std::string(text.substr(colon + 1, n));
+    pos = colon + 1 + n;
+  };
+  while (pos < text.size()) {
+    std::string k, v;
+    field(k);
+    field(v);
+    flags.set(std::move(k), std::move(v));
+  }
+  return flags;
+}
+
+}  // namespace xs

@@ -1,0 +1,106 @@
+// report.cpp: the job report as text (stderr) and JSON (report.json in --log-dir).
+#include "xspawn/report.hpp"
+
+#include <csignal>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace xs {
+
+std::string signalName(int signal) {
+  if (const char* abbrev = sigabbrev_np(signal)) return std::string("SIG") + abbrev;
+  return fmt::format("signal {}", signal);
+}
+
+std::string RankOutcome::describeEnd() const {
+  if (!started) return "never started";
+  if (!exited) return "still running";
+  if (signal != 0) {
+    const char* what = sigdescr_np(signal);
+    return fmt::format("killed by signal {}{}", signalName(signal),
+                       what ? fmt::format(" ({})", what) : "");
+  }
+  return fmt::format("exited with code {}", exitCode);
+}
+
+std::string JobReport::text() const {
+  std::string out;
+  if (succeeded()) {
+    return fmt::format("xspawn: job '{}': all {} ranks exited 0 in {:.2f} s\n", jobId, worldSize,
+                       seconds);
+  }
+  const RankOutcome* root = rootCause >= 0 ? &ranks[rootCause] : nullptr;
+  std::string headline = root ? fmt::format("rank {} {}", root->rank, root->describeEnd())
+                              : std::string("no rank failed");
+  if (!interruptedBy.empty()) {
+    out += fmt::format("xspawn: job '{}' interrupted by {}; {}\n", jobId, interruptedBy, headline);
+  } else {
+    out += fmt::format("xspawn: job '{}' failed: {}\n", jobId, headline);
+  }
+  if (root) {
+    out += "root cause (first failure):\n";
+    out += fmt::format("  rank {} (local rank {}, pid {}): {} after {:.2f} s\n", root->rank,
+                       root->localRank, root->pid, root->describeEnd(), root->endSeconds);
+    out += fmt::format("  error: {}\n", root->error.empty() ? "(none recorded)" : root->error);
+    out += fmt::format("  last rendezvous: {}\n", root->lastOp.empty() ? "none" : root->lastOp);
+    if (!root->outputTail.empty()) {
+      out += fmt::format("  last output of rank {}:\n", root->rank);
+      for (const std::string& line : root->outputTail) out += "    | " + line + "\n";
+    }
+  }
+  if (!abortText.empty()) out += fmt::format("job aborted ({}): {}\n", abortReason, abortText);
+  std::string others;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const RankOutcome& r = ranks[i];
+    if (static_cast<int>(i) == rootCause) continue;
+    std::string line = fmt::format("  rank {} (pid {}): {}", r.rank, r.pid, r.describeEnd());
+    if (r.killedBySupervisor) line += " (stopped by xspawn after the failure)";
+    if (!r.error.empty()) line += ": " + r.error;
+    others += line + "\n";
+  }
+  if (!others.empty()) out += "other ranks:\n" + others;
+  if (!ranksAt.empty()) out += "where every rank was: " + ranksAt + "\n";
+  out += fmt::format("exit status {}\n", exitCode);
+  return out;
+}
+
+std::string JobReport::json() const {
+  using nlohmann::json;
+  json doc;
+  doc["job_id"] = jobId;
+  doc["status"] = status;
+  doc["exit_code"] = exitCode;
+  doc["world_size"] = worldSize;
+  doc["start_method"] = startMethod;
+  doc["seconds"] = seconds;
+  doc["process_group"] = processGroup;
+  doc["interrupted_by"] = interruptedBy.empty() ? json(nullptr) : json(interruptedBy);
+  doc["abort"] = abortReason.empty() ? json(nullptr)
+                                     : json{{"reason", abortReason}, {"message", abortText}};
+  doc["ranks_at"] = ranksAt;
+  auto rankJson = [](const RankOutcome& r) {
+    json j;
+    j["rank"] = r.rank;
+    j["local_rank"] = r.localRank;
+    j["pid"] = r.pid;
+    j["end"] = r.describeEnd();
+    j["exit_code"] = r.exited && r.signal == 0 ? json(r.exitCode) : json(nullptr);
+    j["signal"] = r.signal ? json(signalName(r.signal)) : json(nullptr);
+    j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
+    j["secondary"] = r.secondary;
+    j["stopped_by_xspawn"] = r.killedBySupervisor;
+    j["end_seconds"] = r.endSeconds;
+    j["bound_cpu"] = r.boundCpu;
+    j["last_rendezvous"] = r.lastOp;
+    j["output_tail"] = r.outputTail;
+    return j;
+  };
+  doc["root_cause"] = rootCause >= 0 ? rankJson(ranks[rootCause]) : json(nullptr);
+  doc["ranks"] = json::array();
+  for (const RankOutcome& r : ranks) doc["ranks"].push_back(rankJson(r));
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace xs

@@ -1,0 +1,251 @@
+// segment.cpp: creation, attachment, removal and stale sweep of job segments.
+#include "segment.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "xspawn/error.hpp"
+
+namespace bip = boost::interprocess;
+
+namespace xs::detail {
+namespace {
+
+constexpr const char* kShmDir = "/dev/shm";
+
+std::string humanBytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+std::uint64_t nowUnixNs() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+}
+
+std::string namePrefix() { return fmt::format("xspawn-{}-", getuid()); }
+
+void writeHeader(SegmentHeader& h, const SegmentConfig& c) {
+  const SegmentGeometry& g = c.geometry;
+  h.version = kLayoutVersion;
+  h.worldSize = g.worldSize;
+  h.totalBytes = g.totalBytes();
+  h.rankSlotsOffset = g.rankSlotsOffset();
+  h.payloadOffset = g.payloadOffset();
+  h.payloadStride = g.payloadStride();
+  h.payloadChunk = g.payloadChunk;
+  h.arenaOffset = g.arenaOffset();
+  h.arenaBytes = g.arenaBytes;
+  h.launcherPid = getpid();
+  h.launcherStartTicks = processStartTicks(getpid());
+  h.createdUnixNs = nowUnixNs();
+  h.timeoutMs = c.timeoutMs;
+  h.waitMode = c.waitMode;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  h.onlineCpus = cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1;
+  std::snprintf(h.jobId, sizeof h.jobId, "%s", c.jobId.c_str());
+  // The magic goes last: a sweeper that sees it knows the rest is written.
+  std::atomic_thread_fence(std::memory_order_release);
+  h.magic = kSegmentMagic;
+}
+
+}  // namespace
+
+std::string Segment::nameFor(const std::string& jobId) { return namePrefix() + jobId; }
+
+void requireFreeSpace(const std::string& dir, std::uint64_t bytes) {
+  struct statvfs st {};
+  if (statvfs(dir.c_str(), &st) != 0) {
+    XS_THROW(ShmSpaceError, fmt::format("cannot read the free space of {}: {}; xspawn needs a "
+                                        "tmpfs mounted there for its shared memory",
+                                        dir, std::strerror(errno)));
+  }
+  std::uint64_t freeBytes = static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
+  std::uint64_t totalBytes = static_cast<std::uint64_t>(st.f_blocks) * st.f_frsize;
+  if (freeBytes < bytes) {
+    XS_THROW(ShmSpaceError,
+             fmt::format("not enough shared memory: the job needs {} in {} but only {} of {} is "
+                         "free; free space there (see `xspawn clean`), give the container more "
+                         "(e.g. docker run --shm-size=1g) or use fewer processes",
+                         humanBytes(bytes), dir, humanBytes(freeBytes), humanBytes(totalBytes)));
+  }
+}
+
+std::uint64_t processStartTicks(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  if (!in || !std::getline(in, text)) return 0;
+  auto close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  // Fields after "pid (comm)" start at field 3 (state); starttime is field 22.
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return std::stoull(field);
+  }
+  return 0;
+}
+
+std::unique_ptr<Segment> Segment::create(const SegmentConfig& config) {
+  const std::uint64_t bytes = config.geometry.totalBytes();
+  requireFreeSpace(kShmDir, bytes);
+  std::unique_ptr<Segment> seg(new Segment());
+  seg->name_ = nameFor(config.jobId);
+  bip::permissions perm(0600);
+  try {
+    bip::shared_memory_object shm(bip::create_only, seg->name_.c_str(), bip::read_write, perm);
+    seg->owner_ = true;  // from here on, a failure must remove the name again
+    try {
+      shm.truncate(static_cast<bip::offset_t>(bytes));
+      int fd = shm.get_mapping_handle().handle;
+      ::fchmod(fd, 0600);  // whatever the umask was
+      if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+        XS_THROW(ShmSpaceError,
+                 fmt::format("cannot reserve {} for the job's shared memory in {}: {}; free "
+                             "space there or give the container more (docker run --shm-size=1g)",
+                             humanBytes(bytes), kShmDir, std::strerror(rc)));
+      }
+      seg->region_ = bip::mapped_region(shm, bip::read_write);
+    } catch (...) {
+      bip::shared_memory_object::remove(seg->name_.c_str());
+      seg->owner_ = false;
+      throw;
+    }
+  } catch (const bip::interprocess_exception& e) {
+    if (e.get_error_code() == bip::already_exists_error) {
+      XS_THROW(SegmentError,
+               fmt::format("job id '{}' is already in use by a running job (segment {}/{}); "
+                           "choose another --job-id",
+                           config.jobId, kShmDir, seg->name_));
+    }
+    XS_THROW(SegmentError, fmt::format("cannot create shared memory {}/{}: {}", kShmDir,
+                                       seg->name_, e.what()));
+  }
+  seg->base_ = static_cast<std::byte*>(seg->region_.get_address());
+  seg->size_ = seg->region_.get_size();
+  // The fresh pages are zero (every atomic starts at 0); only the header needs values.
+  writeHeader(seg->header(), config);
+  return seg;
+}
+
+std::unique_ptr<Segment> Segment::createPrivate(const SegmentConfig& config) {
+  std::unique_ptr<Segment> seg(new Segment());
+  seg->size_ = config.geometry.totalBytes();
+  void* memory = std::aligned_alloc(4096, seg->size_);
+  if (!memory) XS_THROW(SegmentError, fmt::format("cannot allocate {}", humanBytes(seg->size_)));
+  std::memset(memory, 0, seg->size_);
+  seg->privateMemory_ = std::unique_ptr<void, void (*)(void*)>(memory, std::free);
+  seg->base_ = static_cast<std::byte*>(memory);
+  seg->unlinked_ = true;
+  writeHeader(seg->header(), config);
+  return seg;
+}
+
+std::unique_ptr<Segment> Segment::open(const std::string& name) {
+  std::unique_ptr<Segment> seg(new Segment());
+  seg->name_ = name;
+  try {
+    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
+    seg->region_ = bip::mapped_region(shm, bip::read_write);
+  } catch (const bip::interprocess_exception& e) {
+    XS_THROW(SegmentError,
+             fmt::format("cannot open the job's shared memory {}/{}: {} (is the launcher still "
+                         "running? workers must be started by xspawn)",
+                         kShmDir, name, e.what()));
+  }
+  seg->base_ = static_cast<std::byte*>(seg->region_.get_address());
+  seg->size_ = seg->region_.get_size();
+  const SegmentHeader& h = seg->header();
+  if (seg->size_ < sizeof(SegmentHeader) || h.magic != kSegmentMagic) {
+    XS_THROW(SegmentError, fmt::format("{}/{} is not an xspawn job segment (bad magic)",
+                                       kShmDir, name));
+  }
+  if (h.version != kLayoutVersion) {
+    XS_THROW(SegmentError,
+             fmt::format("{}/{} has layout version {} but this runtime speaks version {}: "
+                         "launcher and worker come from different xspawn builds",
+                         kShmDir, name, h.version, kLayoutVersion));
+  }
+  if (h.totalBytes != seg->size_) {
+    XS_THROW(SegmentError, fmt::format("{}/{} is {} bytes but its header says {}", kShmDir, name,
+                                       seg->size_, h.totalBytes));
+  }
+  return seg;
+}
+
+void Segment::unlink() {
+  if (unlinked_ || name_.empty()) return;
+  bip::shared_memory_object::remove(name_.c_str());
+  unlinked_ = true;
+}
+
+Segment::~Segment() {
+  if (owner_) unlink();
+}
+
+std::vector<StaleSegment> sweepStaleSegments(bool dryRun) {
+  std::vector<StaleSegment> removed;
+  const std::string prefix = namePrefix();
+  DIR* dir = ::opendir(kShmDir);
+  if (!dir) return removed;
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(dir)) {
+    std::string n = e->d_name;
+    if (n.rfind(prefix, 0) == 0) names.push_back(n);
+  }
+  ::closedir(dir);
+  const std::uint64_t now = nowUnixNs();
+  for (const std::string& n : names) {
+    StaleSegment s;
+    s.name = n;
+    s.jobId = n.substr(prefix.size());
+    int fd = ::open((std::string(kShmDir) + "/" + n).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    struct stat st {};
+    bool stale = false;
+    if (::fstat(fd, &st) == 0 && st.st_uid == getuid()) {
+      SegmentHeader h{};
+      ssize_t got = ::pread(fd, &h, sizeof h, 0);
+      std::uint64_t ageNs = now - static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL;
+      if (got != static_cast<ssize_t>(sizeof h) || h.magic != kSegmentMagic) {
+        // Half-created: its creator died between shm_open and writing the header. Leave young
+        // ones alone (the creator may be at work right now).
+        if (ageNs > 60ULL * 1000000000ULL) {
+          stale = true;
+          s.why = "it was never completed and is over a minute old";
+        }
+      } else {
+        s.launcherPid = h.launcherPid;
+        std::uint64_t ticks = processStartTicks(h.launcherPid);
+        if (ticks == 0 || ticks != h.launcherStartTicks) {
+          stale = true;
+          s.why = fmt::format("its launcher (pid {}) is no longer running", h.launcherPid);
+        }
+      }
+    }
+    ::close(fd);
+    if (!stale) continue;
+    if (!dryRun) bip::shared_memory_object::remove(n.c_str());
+    removed.push_back(s);
+  }
+  return removed;
+}
+
+}  // namespace xs::detail

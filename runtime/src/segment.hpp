@@ -1,0 +1,94 @@
+// segment.hpp: a job's shared-memory segment: creation (with the /dev/shm space check and
+// reservation), attachment by name, typed access to its parts, removal, and the sweep that
+// removes segments whose launcher is gone.
+#pragma once
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "segment_layout.hpp"
+
+namespace xs::detail {
+
+struct SegmentConfig {
+  std::string jobId;
+  SegmentGeometry geometry;
+  std::int64_t timeoutMs = 300000;
+  std::uint32_t waitMode = 0;
+};
+
+class Segment {
+ public:
+  // "xspawn-<uid>-<jobId>": per user, so two users never collide and a user only ever
+  // sweeps their own leftovers.
+  static std::string nameFor(const std::string& jobId);
+  // Creates the segment exclusively (mode 0600) after checking that /dev/shm has room,
+  // reserves its pages (posix_fallocate: a full /dev/shm is an error now, not a SIGBUS
+  // later) and writes the header. Throws ShmSpaceError / SegmentError.
+  static std::unique_ptr<Segment> create(const SegmentConfig& config);
+  // Opens an existing job segment by name and checks magic, version and size.
+  static std::unique_ptr<Segment> open(const std::string& name);
+  // A private, unnamed segment (plain memory) for a world of one outside any launcher.
+  static std::unique_ptr<Segment> createPrivate(const SegmentConfig& config);
+
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  // Removes the name from /dev/shm (the mapping stays valid until destruction). Idempotent.
+  void unlink();
+  // Unlink the name when this object is destroyed (the creator's job).
+  void setOwner(bool owner) { owner_ = owner; }
+
+  const std::string& name() const { return name_; }
+  std::byte* base() const { return base_; }
+  std::size_t size() const { return size_; }
+  SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
+  int worldSize() const { return static_cast<int>(header().worldSize); }
+  RankSlot& slot(int rank) const {
+    return reinterpret_cast<RankSlot*>(base_ + header().rankSlotsOffset)[rank];
+  }
+  std::byte* payload(int rank, int parity) const {
+    return base_ + header().payloadOffset + rank * header().payloadStride +
+           parity * header().payloadChunk;
+  }
+  std::byte* arena() const { return base_ + header().arenaOffset; }
+  std::uint64_t offsetOf(const void* p) const {
+    return static_cast<std::uint64_t>(static_cast<const std::byte*>(p) - base_);
+  }
+
+ private:
+  Segment() = default;
+  std::string name_;
+  std::byte* base_ = nullptr;
+  std::size_t size_ = 0;
+  bool owner_ = false;
+  bool unlinked_ = false;
+  std::unique_ptr<void, void (*)(void*)> privateMemory_{nullptr, nullptr};
+  boost::interprocess::mapped_region region_;
+};
+
+// Fails with ShmSpaceError (size needed, size free, the fix) when `dir` has less than
+// `bytes` free.
+void requireFreeSpace(const std::string& dir, std::uint64_t bytes);
+
+// The kernel's start time of a process (clock ticks since boot), 0 when it does not exist.
+std::uint64_t processStartTicks(int pid);
+
+struct StaleSegment {
+  std::string name;
+  std::string jobId;
+  int launcherPid = 0;
+  std::string why;
+};
+// Removes this user's job segments whose launcher is no longer running (or that were left
+// half-created long ago) and returns what it removed. `dryRun` only lists them.
+std::vector<StaleSegment> sweepStaleSegments(bool dryRun = false);
+
+}  // namespace xs::detail

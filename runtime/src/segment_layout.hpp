@@ -1,0 +1,213 @@
+// segment_layout.hpp: the fixed layout of a job's shared-memory segment.
+//
+//   offset 0            SegmentHeader        identity, geometry, job-wide control words
+//   rankSlotsOffset     RankSlot x N         one per rank, written mostly by that rank
+//   payloadOffset       N x payloadStride    rendezvous payload chunks, 2 parities per rank
+//   arenaOffset         arenaBytes           collectives' buffers (ring slots, zero-copy tensors)
+//
+// Every cross-process word is a lock-free std::atomic living inside the mapping; nothing in
+// the segment is a pointer (only offsets from its base), so any process may map it anywhere.
+// No mutex or condition lives here: a process that dies must never leave a lock held.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace xs::detail {
+
+inline constexpr std::size_t kCacheLine = 64;
+inline constexpr std::uint64_t kSegmentMagic = 0x314e574150535858ULL;  // "XXSPAWN1"
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::size_t kTagBytes = 64;      // a tag holds at most 63 characters
+inline constexpr std::size_t kErrorBytes = 2048;  // a worker's recorded error message
+inline constexpr std::size_t kAbortTextBytes = 4096;
+inline constexpr std::size_t kJobIdBytes = 64;
+// RankSlot::opSeq while the rank rewrites its op fields (seqlock "odd" state).
+inline constexpr std::uint64_t kSeqWriting = ~0ULL;
+// SegmentHeader::abortWord while the first aborter writes the abort text.
+inline constexpr std::uint64_t kAbortPending = ~0ULL;
+
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<std::uint32_t>) == 4, "futex words must be plain 32-bit");
+
+// Text stored as relaxed atomic words, so a reader racing a writer reads garbage at worst,
+// never undefined behaviour; the seqlock around it (see RankSlot::opSeq) detects the garbage.
+template <std::size_t Bytes>
+struct AtomicText {
+  static_assert(Bytes % 8 == 0);
+  std::atomic<std::uint64_t> words[Bytes / 8];
+
+  void store(std::string_view text) {
+    char buf[Bytes] = {};
+    std::size_t n = text.size() < Bytes - 1 ? text.size() : Bytes - 1;
+    for (std::size_t i = 0; i < n; ++i) buf[i] = text[i];
+    for (std::size_t w = 0; w < Bytes / 8; ++w) {
+      std::uint64_t v = 0;
+      for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<unsigned char>(buf[w * 8 + b]);
+      words[w].store(v, std::memory_order_relaxed);
+    }
+  }
+  std::string load() const {
+    std::string out;
+    for (std::size_t w = 0; w < Bytes / 8; ++w) {
+      std::uint64_t v = words[w].load(std::memory_order_relaxed);
+      for (int b = 0; b < 8; ++b) {
+        char c = static_cast<char>(v & 0xff);
+        if (c == 0) return out;
+        out.push_back(c);
+        v >>= 8;
+      }
+    }
+    return out;
+  }
+};
+
+// Why the job is aborting; packed with the rank that caused it into SegmentHeader::abortWord.
+enum class AbortReason : std::uint32_t {
+  kNone = 0,
+  kRankFailed = 1,   // a worker exited non-zero, was killed by a signal or threw
+  kDivergence = 2,   // ranks reached different rendezvous points / collectives
+  kTimeout = 3,      // a rendezvous or collective passed its deadline
+  kInterrupted = 4,  // the launcher was asked to stop (Ctrl-C, SIGTERM)
+};
+
+// What a rank is doing, as the launcher sees it.
+enum class RankState : std::uint32_t {
+  kNotStarted = 0,
+  kRunning = 1,  // forked (pid known)
+  kExited = 2,   // exited with status 0
+  kFailed = 3,   // exited non-zero or killed by a signal
+};
+
+// The kind of the error a worker recorded before it ended.
+enum class ErrorKind : std::uint32_t {
+  kNone = 0,
+  kPrimary = 1,    // the worker's own failure (an exception from user code, exec failure)
+  kSecondary = 2,  // the worker failed because the job aborted (a peer died, divergence...)
+};
+
+// Is the rank inside a rendezvous/collective or between them?
+enum class OpState : std::uint32_t { kIdle = 0, kWaiting = 1 };
+
+// What kind of op a rank entered; a rendezvous 'x' and an all_reduce 'x' are different ops.
+enum class OpKind : std::uint32_t {
+  kRendezvous = 0,
+  kAllReduce = 1,
+  kBroadcast = 2,
+  kAllGather = 3,
+  kReduceScatter = 4,
+};
+inline const char* opKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kRendezvous: return "rendezvous";
+    case OpKind::kAllReduce: return "all_reduce";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kAllGather: return "all_gather";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+  }
+  return "op";
+}
+
+struct alignas(kCacheLine) SegmentHeader {
+  // Line 0: identity and geometry, written once by the creator before any worker starts.
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t worldSize;
+  std::uint64_t totalBytes;
+  std::uint64_t rankSlotsOffset;
+  std::uint64_t payloadOffset;
+  std::uint64_t payloadStride;  // bytes per rank = 2 parities x chunk
+  std::uint64_t arenaOffset;
+  std::uint64_t arenaBytes;
+  // Line 1: who owns the job (for stale-segment detection) and its settings.
+  alignas(kCacheLine) std::int32_t launcherPid;
+  std::uint32_t waitMode;
+  std::uint64_t launcherStartTicks;  // /proc/<pid>/stat field 22: tells pid reuse apart
+  std::uint64_t createdUnixNs;
+  std::int64_t timeoutMs;
+  std::uint64_t payloadChunk;
+  std::uint32_t onlineCpus;
+  std::uint32_t reserved0;
+  // Line 2: the job's id.
+  alignas(kCacheLine) char jobId[kJobIdBytes];
+  // Line 3: the abort word: 0 while healthy, else (reason << 32) | (rank + 1). The first
+  // compare-exchange from 0 wins, so the recorded cause is always the first one.
+  alignas(kCacheLine) std::atomic<std::uint64_t> abortWord;
+  std::atomic<std::uint64_t> abortTimeNs;
+  // Line 4: the central barrier. `arrived` counts ranks inside the current generation;
+  // the last one resets it and bumps `generation`, the futex word every waiter sleeps on.
+  alignas(kCacheLine) std::atomic<std::uint32_t> arrived;
+  // Line 5: separate from `arrived` so the ranks arriving do not bounce the line the
+  // sleepers read.
+  alignas(kCacheLine) std::atomic<std::uint32_t> generation;
+  std::atomic<std::uint32_t> generationSleepers;
+  // Lines 6..: the first abort's explanation (written once, by the abort winner, before
+  // it wakes anyone; read after the abort word is seen).
+  alignas(kCacheLine) AtomicText<kAbortTextBytes> abortText;
+};
+static_assert(offsetof(SegmentHeader, launcherPid) == 1 * kCacheLine);
+static_assert(offsetof(SegmentHeader, jobId) == 2 * kCacheLine);
+static_assert(offsetof(SegmentHeader, abortWord) == 3 * kCacheLine);
+static_assert(offsetof(SegmentHeader, arrived) == 4 * kCacheLine);
+static_assert(offsetof(SegmentHeader, generation) == 5 * kCacheLine);
+static_assert(offsetof(SegmentHeader, abortText) == 6 * kCacheLine);
+static_assert(sizeof(SegmentHeader) % kCacheLine == 0);
+
+struct alignas(kCacheLine) RankSlot {
+  // Line 0, written by the rank, read by peers checking divergence: the op (rendezvous or
+  // collective) the rank last entered. opSeq is a seqlock over opHash/opTag/opState: the
+  // rank stores 0 (odd-free "busy" marker), then the fields, then the new seq (release).
+  std::atomic<std::uint64_t> opSeq;
+  std::atomic<std::uint64_t> opHash;
+  std::atomic<std::uint32_t> opState;
+  std::atomic<std::uint32_t> opKind;  // OpKind
+  // offset + 1 of the futex word the rank sleeps on (0: not sleeping), so whoever aborts
+  // the job can wake it at once instead of waiting for its timed futex to expire.
+  std::atomic<std::uint64_t> sleepingOn;
+  std::atomic<std::uint64_t> payloadBytes[2];  // this rank's rendezvous payload size, per parity
+  // Line 1: the op's tag text.
+  alignas(kCacheLine) AtomicText<kTagBytes> opTag;
+  // Line 2: process state, written by the launcher (pid, state, exit) and the rank (cpu).
+  alignas(kCacheLine) std::atomic<std::int32_t> pid;
+  std::atomic<std::uint32_t> state;  // RankState
+  std::atomic<std::int32_t> exitCode;
+  std::atomic<std::int32_t> termSignal;
+  std::atomic<std::int32_t> boundCpu;
+  std::atomic<std::uint32_t> errorKind;  // ErrorKind; set (release) after errorText
+  std::atomic<std::uint64_t> errorTimeNs;
+  std::atomic<std::uint64_t> exitTimeNs;
+  // Lines 3..: the worker's own error message (an uncaught exception, exec failure).
+  alignas(kCacheLine) AtomicText<kErrorBytes> errorText;
+};
+static_assert(offsetof(RankSlot, opTag) == 1 * kCacheLine);
+static_assert(offsetof(RankSlot, pid) == 2 * kCacheLine);
+static_assert(offsetof(RankSlot, errorText) == 3 * kCacheLine);
+static_assert(sizeof(RankSlot) % kCacheLine == 0);
+
+// Geometry of a segment, computed identically by creator and attacher.
+struct SegmentGeometry {
+  std::uint32_t worldSize = 0;
+  std::uint64_t payloadChunk = 0;
+  std::uint64_t arenaBytes = 0;
+
+  std::uint64_t rankSlotsOffset() const { return sizeof(SegmentHeader); }
+  std::uint64_t payloadOffset() const { return rankSlotsOffset() + worldSize * sizeof(RankSlot); }
+  std::uint64_t payloadStride() const { return 2 * payloadChunk; }
+  std::uint64_t arenaOffset() const {
+    std::uint64_t end = payloadOffset() + worldSize * payloadStride();
+    return (end + 4095) / 4096 * 4096;
+  }
+  std::uint64_t totalBytes() const { return arenaOffset() + (arenaBytes + 4095) / 4096 * 4096; }
+};
+
+inline std::uint64_t packAbort(AbortReason reason, int rank) {
+  return (static_cast<std::uint64_t>(reason) << 32) | static_cast<std::uint32_t>(rank + 1);
+}
+inline AbortReason abortReasonOf(std::uint64_t word) { return static_cast<AbortReason>(word >> 32); }
+inline int abortRankOf(std::uint64_t word) { return static_cast<int>(word & 0xffffffffu) - 1; }
+
+}  // namespace xs::detail

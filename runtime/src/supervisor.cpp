@@ -1,0 +1,546 @@
+// supervisor.cpp: starting, watching and stopping a job's workers; spawn() and run().
+#include "supervisor.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "context.hpp"
+#include "control.hpp"
+#include "xspawn/error.hpp"
+
+namespace xs::detail {
+namespace {
+
+// After the first failure, how long the other ranks get to notice the abort and end on
+// their own (recording why) before they are sent SIGTERM.
+constexpr std::chrono::milliseconds kTermDelay{500};
+// Once every worker is reaped, how long to keep reading pipes a worker's own child may hold.
+constexpr int kDrainMs = 200;
+
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  if (cpus.empty()) cpus.push_back(0);
+  return cpus;
+}
+
+std::vector<std::string> selfArgv() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) argv.push_back(arg);
+  return argv;
+}
+
+// Only async-signal-safe calls between fork and exec/_exit in a child: write(2) a message.
+void childFail(const char* what, const char* detail) {
+  std::string msg = fmt::format("xspawn: {}: {}\n", what, detail);
+  ssize_t ignored = ::write(STDERR_FILENO, msg.data(), msg.size());
+  (void)ignored;
+}
+
+}  // namespace
+
+void validateJobId(const std::string& id) {
+  bool ok = !id.empty() && id.size() <= 48;
+  for (char c : id) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  if (!ok) {
+    XS_THROW(UsageError, fmt::format("--job-id '{}' is not valid: use 1 to 48 characters from "
+                                     "letters, digits, '.', '_' and '-'",
+                                     id));
+  }
+}
+
+std::string generateJobId() {
+  std::random_device rd;
+  return fmt::format("{:08x}", rd());
+}
+
+Supervisor::Supervisor(SpawnOptions options, WorkerFn fn)
+    : options_(std::move(options)), fn_(std::move(fn)) {}
+
+Supervisor::~Supervisor() {
+  if (signalFd_ >= 0) ::close(signalFd_);
+}
+
+double Supervisor::elapsed() const {
+  return std::chrono::duration<double>(Clock::now() - start_).count();
+}
+
+void Supervisor::prepare() {
+  world_ = options_.nprocs == 0 ? onlineCores() : options_.nprocs;
+  if (world_ < 1) {
+    XS_THROW(UsageError, fmt::format("the number of processes must be at least 1 (got {})", world_));
+  }
+  jobId_ = options_.jobId.empty() ? generateJobId() : options_.jobId;
+  validateJobId(jobId_);
+  if (options_.startMethod == StartMethod::kExec) {
+    execArgv_ = options_.program.empty() ? selfArgv() : options_.program;
+    if (execArgv_.empty()) XS_THROW(UsageError, "no program to run");
+  } else if (!fn_) {
+    XS_THROW(UsageError, "the fork start method needs a worker function; run a program with exec");
+  }
+
+  std::vector<spdlog::sink_ptr> sinks;
+  auto console = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  console->set_level(options_.quiet ? spdlog::level::warn : spdlog::level::info);
+  console->set_pattern("xspawn: %v");
+  sinks.push_back(console);
+  if (!options_.logDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.logDir, ec);
+    if (ec || ::access(options_.logDir.c_str(), W_OK) != 0) {
+      XS_THROW(UsageError, fmt::format("--log-dir {}: cannot create or write it{}", options_.logDir,
+                                       ec ? ": " + ec.message() : std::string()));
+    }
+    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(options_.logDir + "/launcher.log", true);
+    file->set_level(spdlog::level::debug);
+    file->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+    sinks.push_back(file);
+    fileLog_ = std::make_shared<spdlog::logger>("xspawn-file", file);
+    fileLog_->flush_on(spdlog::level::debug);
+  }
+  log_ = std::make_shared<spdlog::logger>("xspawn", sinks.begin(), sinks.end());
+  log_->set_level(spdlog::level::debug);
+  log_->flush_on(spdlog::level::debug);
+
+  for (const StaleSegment& s : sweepStaleSegments()) {
+    log_->warn("removed stale shared memory /dev/shm/{} of job '{}': {}", s.name, s.jobId, s.why);
+  }
+
+  SegmentConfig config;
+  config.jobId = jobId_;
+  config.geometry.worldSize = static_cast<std::uint32_t>(world_);
+  config.geometry.payloadChunk = (std::max<std::size_t>(options_.rendezvousChunk, 64) + 63) / 64 * 64;
+  config.geometry.arenaBytes = options_.arenaBytes;
+  config.timeoutMs = options_.timeout.count();
+  config.waitMode = static_cast<std::uint32_t>(options_.waitPolicy);
+  segment_ = Segment::create(config);
+  output_ = std::make_unique<OutputForwarder>(world_, options_.tagOutput, options_.logDir);
+  cpus_ = allowedCpus();
+  workers_.resize(world_);
+}
+
+void Supervisor::childMain(int rank, int outFd, int errFd) {
+  // Join the job's process group (its leader is rank 0), so a terminal's Ctrl-C reaches only
+  // the launcher, which forwards it, and the job can be signalled as one.
+  ::setpgid(0, pgid_);
+  // Die with the launcher: a worker must never outlive the process that cleans up after it.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != selfPid_) ::_exit(1);  // the launcher died before prctl
+  ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);
+  if (signalFd_ >= 0) ::close(signalFd_);
+  int devNull = ::open("/dev/null", O_RDONLY);
+  if (devNull >= 0) ::dup2(devNull, STDIN_FILENO);
+  ::dup2(outFd, STDOUT_FILENO);
+  ::dup2(errFd, STDERR_FILENO);
+
+  int cpu = -1;
+  if (options_.bindTo == BindTo::kCore) {
+    cpu = cpus_[rank % cpus_.size()];
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0) childFail("cannot bind to core", std::strerror(errno));
+  }
+  ::setenv(kEnvRank, std::to_string(rank).c_str(), 1);
+  ::setenv(kEnvLocalRank, std::to_string(rank).c_str(), 1);
+  ::setenv(kEnvWorldSize, std::to_string(world_).c_str(), 1);
+  ::setenv(kEnvLocalWorldSize, std::to_string(world_).c_str(), 1);
+  ::setenv(kEnvJobId, jobId_.c_str(), 1);
+  ::setenv(kEnvShm, segment_->name().c_str(), 1);
+  ::setenv(kEnvTimeoutMs, std::to_string(options_.timeout.count()).c_str(), 1);
+  ::setenv(kEnvCpu, std::to_string(cpu).c_str(), 1);
+  ::setenv(kEnvWait, std::to_string(static_cast<int>(options_.waitPolicy)).c_str(), 1);
+  // One thread per emulated core, as torchrun does, unless the user said otherwise.
+  ::setenv("OMP_NUM_THREADS", "1", 0);
+  for (const std::string& kv : options_.extraEnv) ::putenv(const_cast<char*>(kv.c_str()));
+
+  if (options_.startMethod == StartMethod::kExec) {
+    ::setenv(kEnvFlags, options_.flags.serialize().c_str(), 1);
+    std::vector<char*> argv;
+    for (std::string& a : execArgv_) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const char* program = options_.program.empty() ? "/proc/self/exe" : argv[0];
+    ::execvp(program, argv.data());
+    int err = errno;
+    std::string why = fmt::format("cannot run '{}': {}", execArgv_[0], std::strerror(err));
+    childFail("exec failed", why.c_str());
+    RankSlot& slot = segment_->slot(rank);
+    slot.errorText.store(why);
+    slot.errorKind.store(static_cast<std::uint32_t>(ErrorKind::kPrimary), std::memory_order_release);
+    ::_exit(127);
+  }
+  WorkerPlace place;
+  place.rank = rank;
+  place.localRank = rank;
+  place.worldSize = world_;
+  place.localWorldSize = world_;
+  place.cpu = cpu;
+  place.jobId = jobId_;
+  place.timeout = options_.timeout;
+  place.waitMode = static_cast<WaitMode>(options_.waitPolicy);
+  attachInherited(*segment_, place);
+  int code = runWorkerFunction(fn_, rank, options_.flags);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // The worker's process ends with its function; _exit, not exit: the parent's atexit
+  // handlers and static objects belong to the parent.
+  ::_exit(code & 0xff);
+}
+
+void Supervisor::startWorkers() {
+  // Signals arrive through a signalfd in the poll loop, never in a handler.
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&mask, s);
+  ::sigprocmask(SIG_BLOCK, &mask, &oldMask_);
+  signalFd_ = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signalFd_ < 0) XS_THROW(SystemError, fmt::format("signalfd: {}", std::strerror(errno)));
+  // A closed console (xspawn ... | head) must not kill the launcher: it still has to clean up.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &oldPipe_);
+  selfPid_ = ::getpid();
+
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (int r = 0; r < world_; ++r) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+      XS_THROW(SystemError, fmt::format("pipe: {}", std::strerror(errno)));
+    }
+    pid_t pid = ::fork();
+    if (pid < 0) XS_THROW(SystemError, fmt::format("fork of rank {}: {}", r, std::strerror(errno)));
+    if (pid == 0) {
+      ::close(out[0]);
+      ::close(err[0]);
+      childMain(r, out[1], err[1]);
+    }
+    if (pgid_ == 0) pgid_ = pid;
+    ::setpgid(pid, pgid_);  // also here: whichever of parent and child runs first
+    ::close(out[1]);
+    ::close(err[1]);
+    output_->addRank(r, out[0], err[0]);
+    workers_[r].pid = pid;
+    RankSlot& slot = segment_->slot(r);
+    slot.pid.store(pid, std::memory_order_relaxed);
+    slot.state.store(static_cast<std::uint32_t>(RankState::kRunning), std::memory_order_release);
+  }
+  log_->debug("job '{}': {} workers started, process group {}", jobId_, world_, pgid_);
+}
+
+void Supervisor::signalLiving(int sig, bool markStopped) {
+  for (Worker& w : workers_) {
+    if (w.reaped || w.pid <= 0) continue;
+    if (markStopped) w.stoppedByUs = true;
+  }
+  // The whole group: a worker's own children go too.
+  if (pgid_ > 0) ::killpg(pgid_, sig);
+}
+
+void Supervisor::stopAfterFailure() {
+  if (phase_ != Phase::kRunning) return;
+  phase_ = Phase::kStopping;
+  termAt_ = Clock::now() + kTermDelay;
+  killAt_ = termAt_ + options_.killGrace;
+}
+
+void Supervisor::onSignal(int sig) {
+  ++interrupts_;
+  if (interrupts_ == 1) {
+    interruptedBy_ = signalName(sig);
+    log_->warn("{} received: forwarding it to the {} workers (again to kill them)",
+               interruptedBy_, world_);
+    signalLiving(sig, false);
+    phase_ = Phase::kStopping;
+    killAt_ = Clock::now() + options_.killGrace;
+    termAt_ = Clock::time_point::max();
+  } else {
+    log_->warn("{} received again: killing the workers", signalName(sig));
+    signalLiving(SIGKILL, true);
+    killSent_ = true;
+  }
+}
+
+void Supervisor::onWorkerEnd(int r) {
+  Worker& w = workers_[r];
+  RankSlot& slot = segment_->slot(r);
+  bool failed = w.signal != 0 || w.exitCode != 0;
+  slot.exitCode.store(w.exitCode, std::memory_order_relaxed);
+  slot.termSignal.store(w.signal, std::memory_order_relaxed);
+  slot.state.store(static_cast<std::uint32_t>(failed ? RankState::kFailed : RankState::kExited),
+                   std::memory_order_seq_cst);
+  if (!failed) {
+    log_->debug("rank {} (pid {}) exited 0 after {:.3f} s", r, w.pid, w.endSeconds);
+    // Peers waiting for this rank must re-check: it will never arrive again.
+    ControlPlane::wakeSleepers(*segment_);
+    return;
+  }
+  RankOutcome outcome;
+  outcome.started = outcome.exited = true;
+  outcome.exitCode = w.exitCode;
+  outcome.signal = w.signal;
+  std::string text = fmt::format("rank {} (pid {}) {}", r, w.pid, outcome.describeEnd());
+  if (slot.errorKind.load(std::memory_order_acquire) != 0) text += ": " + slot.errorText.load();
+  log_->debug("{} after {:.3f} s", text, w.endSeconds);
+  // Every rank waiting in a rendezvous or collective gives up now, naming this rank.
+  ControlPlane::raiseAbort(*segment_, AbortReason::kRankFailed, r, text);
+  stopAfterFailure();
+}
+
+void Supervisor::reap() {
+  for (int r = 0; r < world_; ++r) {
+    Worker& w = workers_[r];
+    if (w.reaped || w.pid <= 0) continue;
+    int status = 0;
+    pid_t got = ::waitpid(w.pid, &status, WNOHANG);
+    if (got != w.pid) continue;
+    w.reaped = true;
+    w.endSeconds = elapsed();
+    if (WIFSIGNALED(status)) w.signal = WTERMSIG(status);
+    else w.exitCode = WEXITSTATUS(status);
+    onWorkerEnd(r);
+  }
+}
+
+void Supervisor::loop() {
+  auto allReaped = [&] {
+    for (const Worker& w : workers_)
+      if (!w.reaped) return false;
+    return true;
+  };
+  while (!allReaped()) {
+    auto now = Clock::now();
+    if (phase_ == Phase::kStopping) {
+      if (!termSent_ && now >= termAt_) {
+        log_->debug("sending SIGTERM to the workers still running");
+        signalLiving(SIGTERM, true);
+        termSent_ = true;
+      }
+      if (!killSent_ && now >= killAt_) {
+        log_->warn("workers still running {} ms after SIGTERM: killing them",
+                   options_.killGrace.count());
+        signalLiving(SIGKILL, true);
+        killSent_ = true;
+      }
+    }
+    auto next = std::min(termSent_ ? Clock::time_point::max() : termAt_,
+                         killSent_ ? Clock::time_point::max() : killAt_);
+    int timeoutMs = 1000;
+    if (next != Clock::time_point::max()) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
+      timeoutMs = static_cast<int>(std::clamp<long long>(ms, 0, 1000));
+    }
+    std::vector<pollfd> fds{pollfd{signalFd_, POLLIN, 0}};
+    output_->appendPollFds(fds);
+    int n = ::poll(fds.data(), fds.size(), timeoutMs);
+    if (n < 0 && errno != EINTR) XS_THROW(SystemError, fmt::format("poll: {}", std::strerror(errno)));
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (::read(signalFd_, &info, sizeof info) == sizeof info) {
+        if (info.ssi_signo != SIGCHLD) onSignal(static_cast<int>(info.ssi_signo));
+      }
+      reap();
+    }
+    for (std::size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents) output_->onReadable(fds[i].fd);
+    // SIGCHLD may coalesce or race with the read above; reaping is cheap and idempotent.
+    reap();
+  }
+}
+
+void Supervisor::finish() {
+  output_->drain(kDrainMs);
+  // Anything a worker left behind in the job's process group (a daemonised helper, a
+  // grandchild still holding a pipe) goes with the job.
+  if (pgid_ > 0) ::killpg(pgid_, SIGKILL);
+  segment_->unlink();
+  ::sigaction(SIGPIPE, &oldPipe_, nullptr);
+  if (signalFd_ >= 0) {
+    ::close(signalFd_);
+    signalFd_ = -1;
+  }
+  // Pending SIGCHLDs of our (reaped) workers would otherwise hit the caller after unblocking.
+  sigset_t pending;
+  sigpending(&pending);
+  if (sigismember(&pending, SIGCHLD)) {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    int sig = 0;
+    timespec zero{};
+    sigtimedwait(&chld, nullptr, &zero);
+    (void)sig;
+  }
+  ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
+  phase_ = Phase::kDone;
+}
+
+JobReport Supervisor::buildReport() const {
+  JobReport rep;
+  rep.jobId = jobId_;
+  rep.worldSize = world_;
+  rep.startMethod = options_.startMethod == StartMethod::kFork ? "fork" : "exec";
+  rep.seconds = elapsed();
+  rep.processGroup = pgid_;
+  rep.interruptedBy = interruptedBy_;
+  const SegmentHeader& h = segment_->header();
+  std::uint64_t word = h.abortWord.load(std::memory_order_acquire);
+  if (word != 0 && word != kAbortPending) {
+    switch (abortReasonOf(word)) {
+      case AbortReason::kRankFailed: rep.abortReason = "rank failed"; break;
+      case AbortReason::kDivergence: rep.abortReason = "divergence"; break;
+      case AbortReason::kTimeout: rep.abortReason = "timeout"; break;
+      case AbortReason::kInterrupted: rep.abortReason = "interrupted"; break;
+      default: rep.abortReason = "unknown"; break;
+    }
+    rep.abortText = h.abortText.load();
+  }
+  rep.ranksAt = ControlPlane::describeRanks(*segment_);
+  bool allZero = true;
+  double bestTime = 0;
+  bool bestSecondary = true;
+  for (int r = 0; r < world_; ++r) {
+    const Worker& w = workers_[r];
+    const RankSlot& slot = segment_->slot(r);
+    RankOutcome o;
+    o.rank = o.localRank = r;
+    o.pid = w.pid;
+    o.started = w.pid > 0;
+    o.exited = w.reaped;
+    o.exitCode = w.exitCode;
+    o.signal = w.signal;
+    o.endSeconds = w.endSeconds;
+    o.killedBySupervisor = w.stoppedByUs;
+    o.boundCpu = slot.boundCpu.load(std::memory_order_relaxed);
+    auto kind = static_cast<ErrorKind>(slot.errorKind.load(std::memory_order_acquire));
+    if (kind != ErrorKind::kNone) o.error = slot.errorText.load();
+    o.secondary = kind == ErrorKind::kSecondary || (w.stoppedByUs && kind != ErrorKind::kPrimary);
+    OpSnapshot op = ControlPlane::snapshot(slot);
+    if (op.seq != 0) o.lastOp = (op.state == OpState::kWaiting ? "at " : "past ") + op.describe();
+    o.outputTail = output_->tail(r);
+    if (o.failed()) {
+      allZero = false;
+      // The root cause: the earliest failure that was the rank's own (not a consequence of
+      // the abort), else the earliest failure.
+      double t = w.endSeconds;
+      std::uint64_t errNs = slot.errorTimeNs.load(std::memory_order_relaxed);
+      (void)errNs;
+      if (rep.rootCause < 0 || (bestSecondary && !o.secondary) ||
+          (bestSecondary == o.secondary && t < bestTime)) {
+        rep.rootCause = r;
+        bestTime = t;
+        bestSecondary = o.secondary;
+      }
+    }
+    rep.ranks.push_back(std::move(o));
+  }
+  if (allZero && interruptedBy_.empty()) {
+    rep.status = "succeeded";
+    rep.exitCode = 0;
+  } else {
+    rep.status = interruptedBy_.empty() ? "failed" : "interrupted";
+    if (rep.rootCause >= 0) {
+      const RankOutcome& root = rep.ranks[rep.rootCause];
+      rep.exitCode = root.signal ? 128 + root.signal : root.exitCode;
+    } else {
+      rep.exitCode = 128 + (interrupts_ ? SIGINT : 0);
+    }
+  }
+  return rep;
+}
+
+JobResult Supervisor::run() {
+  start_ = Clock::now();
+  prepare();
+  log_->info("job '{}': starting {} workers ({}), shared memory /dev/shm/{} ({} KiB)", jobId_,
+             world_, options_.startMethod == StartMethod::kFork ? "fork" : "exec",
+             segment_->name(), segment_->size() / 1024);
+  try {
+    startWorkers();
+    loop();
+  } catch (...) {
+    // Never leave workers or the segment behind, whatever went wrong here.
+    if (pgid_ > 0) ::killpg(pgid_, SIGKILL);
+    for (Worker& w : workers_)
+      if (w.pid > 0 && !w.reaped) ::waitpid(w.pid, nullptr, 0);
+    finish();
+    throw;
+  }
+  finish();
+  JobResult result;
+  result.report = buildReport();
+  result.exitCode = result.report.exitCode;
+  if (!options_.logDir.empty()) {
+    std::ofstream(options_.logDir + "/report.json") << result.report.json();
+  }
+  if (result.report.succeeded()) {
+    log_->info("job '{}': all {} ranks exited 0 in {:.2f} s", jobId_, world_, result.report.seconds);
+  } else {
+    std::string text = result.report.text();
+    if (options_.printReport) {
+      std::fflush(stdout);
+      ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
+      (void)ignored;
+    }
+    if (fileLog_) fileLog_->error("job report:\n{}", text);
+  }
+  return result;
+}
+
+JobResult spawnWorkers(WorkerFn fn, SpawnOptions options) {
+  if (startedByXspawn()) {
+    // This process is one of the workers already (an exec'd start, or `xspawn run`): be it.
+    attachFromEnvironment();
+    Flags flags = options.flags;
+    if (const char* f = std::getenv(kEnvFlags)) flags = Flags::deserialize(f);
+    int code = runWorkerFunction(fn, get_ordinal(), flags);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    // The worker's life is the function's; its end is this process's end.
+    std::exit(code & 0xff);
+  }
+  Supervisor supervisor(std::move(options), std::move(fn));
+  return supervisor.run();
+}
+
+}  // namespace xs::detail
+
+namespace xs {
+
+JobResult run(SpawnOptions options) {
+  options.startMethod = StartMethod::kExec;
+  if (options.program.empty()) XS_THROW(UsageError, "run: no program given");
+  detail::Supervisor supervisor(std::move(options), {});
+  return supervisor.run();
+}
+
+int onlineCores() {
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+}  // namespace xs

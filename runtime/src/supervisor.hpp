@@ -1,0 +1,88 @@
+// supervisor.hpp: the supervisor state machine that starts N workers (fork or exec), forwards
+// their output and signals, notices the first failure, aborts the job's waits, stops the
+// rest (SIGTERM, then SIGKILL), removes the segment and reports the root cause.
+//
+//   kRunning --first failure--> kStopping --all reaped--> kDone
+//   kRunning --SIGINT/SIGTERM--> kStopping (signal forwarded; a second one: SIGKILL)
+//   kRunning --all exited 0----------------------------> kDone
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "output.hpp"
+#include "segment.hpp"
+#include "xspawn/spawn.hpp"
+
+namespace spdlog { class logger; }
+
+namespace xs::detail {
+
+class Supervisor {
+ public:
+  // fn: the worker function (fork, or exec of this program); empty for `run` of a program.
+  Supervisor(SpawnOptions options, WorkerFn fn);
+  ~Supervisor();
+  JobResult run();
+
+ private:
+  enum class Phase { kRunning, kStopping, kDone };
+  struct Worker {
+    pid_t pid = 0;
+    bool reaped = false;
+    int exitCode = 0;
+    int signal = 0;
+    double endSeconds = 0;
+    bool stoppedByUs = false;
+  };
+  using Clock = std::chrono::steady_clock;
+
+  void prepare();
+  void startWorkers();
+  [[noreturn]] void childMain(int rank, int outFd, int errFd);
+  void loop();
+  void onSignal(int sig);
+  void reap();
+  void onWorkerEnd(int rank);
+  void stopAfterFailure();
+  void signalLiving(int sig, bool markStopped);
+  void finish();
+  JobReport buildReport() const;
+  double elapsed() const;
+
+  SpawnOptions options_;
+  WorkerFn fn_;
+  int world_ = 0;
+  std::string jobId_;
+  std::shared_ptr<spdlog::logger> log_;      // console (stderr) and launcher.log
+  std::shared_ptr<spdlog::logger> fileLog_;  // launcher.log only
+  std::unique_ptr<Segment> segment_;
+  std::unique_ptr<OutputForwarder> output_;
+  std::vector<Worker> workers_;
+  std::vector<int> cpus_;  // the CPUs this process may run on, for --bind-to core
+  std::vector<std::string> execArgv_;
+  pid_t pgid_ = 0;
+  pid_t selfPid_ = 0;
+  int signalFd_ = -1;
+  sigset_t oldMask_{};
+  struct sigaction oldPipe_ {};
+  Phase phase_ = Phase::kRunning;
+  std::string interruptedBy_;
+  int interrupts_ = 0;
+  Clock::time_point start_;
+  Clock::time_point termAt_ = Clock::time_point::max();
+  Clock::time_point killAt_ = Clock::time_point::max();
+  bool termSent_ = false;
+  bool killSent_ = false;
+};
+
+// Checks a user-given job id: 1-48 characters from [A-Za-z0-9._-].
+void validateJobId(const std::string& jobId);
+std::string generateJobId();
+
+}  // namespace xs::detail

@@ -1,0 +1,96 @@
+// wait.cpp: spin-then-futex waiting on shared words.
+#include "wait.hpp"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+
+#include "segment.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define XS_CPU_RELAX() _mm_pause()
+#else
+#define XS_CPU_RELAX() std::atomic_signal_fence(std::memory_order_seq_cst)
+#endif
+
+namespace xs::detail {
+
+void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+               std::chrono::nanoseconds timeout) {
+  if (timeout.count() <= 0) return;
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  // FUTEX_WAIT without FUTEX_PRIVATE_FLAG: the word is in a shared mapping and the wakers are
+  // other processes; a private futex would key on this process's address space only.
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts,
+            nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<std::uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
+}
+
+Waiter::Waiter(Segment& segment, int rank, WaitMode mode)
+    : segment_(segment), rank_(rank), mode_(mode) {
+  // When processes outnumber cores, a spinning waiter steals the very core the rank it waits
+  // for needs; spin only briefly then (measured: docs/benchmarks.md, barrier latency).
+  const std::uint32_t world = segment.header().worldSize;
+  const std::uint32_t cpus = segment.header().onlineCpus;
+  spinBudget_ = world > cpus ? std::chrono::nanoseconds(1000) : std::chrono::nanoseconds(20000);
+}
+
+void Waiter::wake(std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleepers) {
+  // The caller's store to `word` (seq_cst) and this load are ordered against the sleeper's
+  // increment of `sleepers` and its reload of `word` (both seq_cst): either we see the
+  // sleeper and wake it, or it sees the new value and never sleeps. No lost wake-up.
+  if (sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(word);
+}
+
+void Waiter::waitChange(std::atomic<std::uint32_t>& word, std::uint32_t seen,
+                        std::atomic<std::uint32_t>& sleepers, const std::function<void()>& check) {
+  // Acquire: whatever the writer published before changing `word` is visible after we see it.
+  if (word.load(std::memory_order_acquire) != seen) return;
+  check();
+  auto lastCheck = Clock::now();
+
+  if (mode_ != WaitMode::kFutex) {
+    const auto spinUntil = lastCheck + spinBudget_;
+    for (std::uint64_t i = 1;; ++i) {
+      if (word.load(std::memory_order_acquire) != seen) return;
+      XS_CPU_RELAX();
+      if ((i & 255) == 0) {
+        auto now = Clock::now();
+        if (mode_ == WaitMode::kHybrid && now >= spinUntil) break;
+        if (now - lastCheck >= kTick) {
+          check();
+          lastCheck = now;
+        }
+      }
+    }
+  }
+
+  RankSlot& me = segment_.slot(rank_);
+  for (;;) {
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    // Tell an aborter which word to wake us on (offset + 1; 0 means "not sleeping").
+    me.sleepingOn.store(segment_.offsetOf(&word) + 1, std::memory_order_seq_cst);
+    // Re-check after registering: a change made before our registration was visible to us
+    // now, one made after it will find `sleepers` non-zero and wake us.
+    bool changed = word.load(std::memory_order_seq_cst) != seen;
+    bool aborted = segment_.header().abortWord.load(std::memory_order_seq_cst) != 0;
+    if (!changed && !aborted) futexWait(word, seen, kTick);
+    me.sleepingOn.store(0, std::memory_order_relaxed);
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+    if (word.load(std::memory_order_acquire) != seen) return;
+    check();
+  }
+}
+
+}  // namespace xs::detail

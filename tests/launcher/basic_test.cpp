@@ -1,0 +1,182 @@
+// basic_test.cpp: the launcher's ordinary life: hello at several sizes, both start methods,
+// `run` with its environment, core binding, output tagging, log files, bad arguments.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "job_fixture.hpp"
+
+namespace xs::test {
+namespace {
+
+class HelloTest : public LauncherTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(HelloTest, EveryProcessReportsItsCoreAndTheMasterPrintsTheCommonTensor) {
+  const int n = GetParam();
+  Job job = runJob({"--nprocs", std::to_string(n)}, {"hello"});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.err;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(linesWith(job.run.out, fmt::format("Process {} is using xcore:{}", i, i)).size(), 1u)
+        << job.run.out;
+  }
+  EXPECT_EQ(linesWith(job.run.out, "Printing on the master process").size(), 1u);
+  EXPECT_EQ(linesWith(job.run.out, fmt::format("identical on all {} ranks (seed 1234)", n)).size(), 1u)
+      << job.run.out;
+  EXPECT_EQ(job.report["status"], "succeeded");
+  expectClean(job);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, HelloTest, ::testing::Values(1, 2, 8, 16));
+
+TEST_F(LauncherTest, HelloWithExecStartMethod) {
+  Job job = runJob({"--nprocs", "4", "--start-method", "exec"}, {"hello", "--seed", "7"});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.err;
+  EXPECT_EQ(linesWith(job.run.out, "is using xcore:").size(), 4u);
+  EXPECT_EQ(linesWith(job.run.out, "identical on all 4 ranks (seed 7)").size(), 1u) << job.run.out;
+  EXPECT_EQ(job.report["start_method"], "exec");
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, RunGivesEveryWorkerItsEnvironment) {
+  Job job = runJob({"--nprocs", "3"}, {"run", "--", worker(), "env"});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.err;
+  for (int i = 0; i < 3; ++i) {
+    auto lines = linesWith(job.run.out, fmt::format("rank={} local={} world=3 job={} cpu=-1", i, i, job.jobId));
+    EXPECT_EQ(lines.size(), 1u) << job.run.out;
+  }
+  EXPECT_EQ(linesWith(job.run.out, "omp=1").size(), 3u);
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, RunProgramThatUsesTheApi) {
+  Job job = runJob({"--nprocs", "4"}, {"run", worker(), "ok"});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.err;
+  EXPECT_EQ(linesWith(job.run.out, "ok rank").size(), 4u) << job.run.out;
+  EXPECT_EQ(linesWith(job.run.out, "device xcore:3").size(), 1u);
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, RendezvousPayloadsOfManyChunksArriveIntact) {
+  Job job = runJob({"--nprocs", "5"}, {"run", "--", worker(), "payload", "100000"});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.err << job.run.out;
+  EXPECT_EQ(linesWith(job.run.out, "payload ok").size(), 5u);
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, BindToCorePinsWorkerIToCoreIModCores) {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  Job job = runJob({"--nprocs", "4", "--bind-to", "core"}, {"run", "--", worker(), "env"});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.err;
+  for (int i = 0; i < 4; ++i) {
+    auto lines = linesWith(job.run.out, fmt::format("rank={} ", i));
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find(fmt::format("cpu={} allowed=1 first={}", i % cores, i % cores)),
+              std::string::npos)
+        << lines[0];
+  }
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, TagOutputAndLogDirectory) {
+  Job job = runJob({"--nprocs", "2", "--tag-output"}, {"run", "--", worker(), "ok"});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.err;
+  EXPECT_EQ(linesWith(job.run.out, "[rank 0] ok rank 0").size(), 1u) << job.run.out;
+  EXPECT_EQ(linesWith(job.run.out, "[rank 1] ok rank 1").size(), 1u) << job.run.out;
+  EXPECT_NE(readFile(job.logDir + "/rank-1.log").find("ok rank 1 of 2"), std::string::npos);
+  EXPECT_NE(readFile(job.logDir + "/launcher.log").find("all 2 ranks exited 0"), std::string::npos);
+  EXPECT_EQ(job.report["exit_code"], 0);
+  EXPECT_EQ(job.report["ranks"].size(), 2u);
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, QuietLeavesOnlyTheWorkersOutput) {
+  Job job = runJob({"--nprocs", "2", "--quiet"}, {"hello"});
+  ASSERT_EQ(job.run.exitCode, 0);
+  EXPECT_EQ(job.run.err, "");
+  Job loud = runJob({"--nprocs", "2"}, {"hello"});
+  EXPECT_NE(loud.run.err.find("all 2 ranks exited 0"), std::string::npos);
+}
+
+TEST_F(LauncherTest, DefaultNprocsIsTheNumberOfOnlineCores) {
+  Job job = runJob({}, {"hello"});
+  ASSERT_EQ(job.run.exitCode, 0);
+  EXPECT_EQ(job.report["world_size"], sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+TEST_F(LauncherTest, ExitStatusIsTheFirstFailingRanksCode) {
+  Job job = runJob({"--nprocs", "3"}, {"run", "--", "/bin/sh", "-c", "exit $((XSPAWN_RANK * 2))"});
+  EXPECT_EQ(job.run.exitCode, 2);
+  EXPECT_EQ(job.report["root_cause"]["rank"], 1);
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, AMissingProgramIsReported) {
+  Job job = runJob({"--nprocs", "2"}, {"run", "--", "/nonexistent/program"});
+  EXPECT_EQ(job.run.exitCode, 127);
+  EXPECT_NE(job.run.err.find("cannot run '/nonexistent/program': No such file or directory"),
+            std::string::npos)
+      << job.run.err;
+  expectClean(job);
+}
+
+struct BadArgs {
+  std::string name;
+  std::vector<std::string> argv;
+  std::string message;
+};
+
+class BadArgsTest : public LauncherTest, public ::testing::WithParamInterface<BadArgs> {};
+
+TEST_P(BadArgsTest, OneLineErrorAndExitStatus2) {
+  std::vector<std::string> argv{xspawn()};
+  argv.insert(argv.end(), GetParam().argv.begin(), GetParam().argv.end());
+  RunResult r = runProcess(argv);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_TRUE(oneLine(r.err)) << r.err;
+  EXPECT_NE(r.err.find(GetParam().message), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Launcher, BadArgsTest,
+    ::testing::Values(
+        BadArgs{"NprocsZero", {"--nprocs", "0", "hello"}, "--nprocs must be a whole number from 1 to 1024 (got '0')"},
+        BadArgs{"NprocsNegative", {"--nprocs", "-1", "hello"}, "(got '-1')"},
+        BadArgs{"NprocsNotANumber", {"--nprocs", "abc", "hello"}, "(got 'abc')"},
+        BadArgs{"NprocsTrailingJunk", {"--nprocs=2x", "hello"}, "(got '2x')"},
+        BadArgs{"UnknownCommand", {"frobnicate"}, "unknown command 'frobnicate'"},
+        BadArgs{"UnknownOption", {"--frob", "hello"}, "unknown launcher option '--frob'"},
+        BadArgs{"TimeoutNotANumber", {"--timeout", "soon", "hello"}, "--timeout must be a positive number of seconds"},
+        BadArgs{"BadStartMethod", {"--start-method", "spawn", "hello"}, "--start-method must be fork or exec"},
+        BadArgs{"BadBindTo", {"--bind-to", "socket", "hello"}, "--bind-to must be none or core"},
+        BadArgs{"BadJobId", {"--job-id", "a/b", "hello"}, "--job-id 'a/b' is not valid"},
+        BadArgs{"BadCommandOption", {"hello", "--seed", "x"}, "hello:"},
+        BadArgs{"RunWithoutProgram", {"run"}, "run: no program given"},
+        BadArgs{"NoCommand", {}, "no command given"}),
+    [](const ::testing::TestParamInfo<BadArgs>& info) { return info.param.name; });
+
+TEST_F(LauncherTest, HelpAndVersion) {
+  RunResult help = runProcess({xspawn(), "--help"});
+  EXPECT_EQ(help.exitCode, 0);
+  EXPECT_NE(help.out.find("usage: xspawn [launcher options] COMMAND"), std::string::npos);
+  EXPECT_NE(help.out.find("--nprocs"), std::string::npos);
+  RunResult hello = runProcess({xspawn(), "hello", "--help"});
+  EXPECT_EQ(hello.exitCode, 0);
+  EXPECT_NE(hello.out.find("--seed"), std::string::npos);
+  RunResult version = runProcess({xspawn(), "--version"});
+  EXPECT_EQ(version.exitCode, 0);
+  EXPECT_EQ(version.out.rfind("xspawn ", 0), 0u);
+}
+
+TEST_F(LauncherTest, TrainSaysPlainlyWhenItIsNotBuilt) {
+  if (std::filesystem::exists(std::filesystem::path(xspawn()).parent_path() / "xspawn-train")) {
+    GTEST_SKIP() << "xspawn-train is built; the training tests cover `xspawn train`";
+  }
+  RunResult r = runProcess({xspawn(), "--nprocs", "8", "train"});
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_NE(r.err.find("training is not built yet"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace xs::test

@@ -1,0 +1,134 @@
+// signal_test.cpp: Ctrl-C and SIGTERM reach every worker; a second Ctrl-C kills them; a
+// launcher killed with SIGKILL takes its workers along and its segment is swept by the next
+// run; two jobs at once do not see each other.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "job_fixture.hpp"
+#include "segment.hpp"
+
+namespace xs::test {
+namespace {
+
+TEST_F(LauncherTest, CtrlCStopsEveryWorker) {
+  RunOptions o;
+  o.signalWhen = "ready";
+  o.signal = SIGINT;
+  Job job = runJob({"--nprocs", "4"}, {"run", "--", worker(), "sleep"}, o);
+  EXPECT_EQ(job.run.exitCode, 128 + SIGINT) << job.run.err;
+  EXPECT_EQ(job.report["status"], "interrupted");
+  EXPECT_EQ(job.report["interrupted_by"], "SIGINT");
+  EXPECT_NE(job.run.err.find("interrupted by SIGINT"), std::string::npos) << job.run.err;
+  EXPECT_LT(job.run.seconds, 10.0);
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, SecondCtrlCKillsWorkersThatIgnoreTheFirst) {
+  RunOptions o;
+  o.signalWhen = "ready";
+  o.signal = SIGINT;
+  o.signalCount = 2;
+  o.signalDelayMs = 200;
+  Job job = runJob({"--nprocs", "3"}, {"run", "--", worker(), "ignore-int"}, o);
+  EXPECT_EQ(job.run.exitCode, 128 + SIGKILL) << job.run.err;
+  EXPECT_EQ(job.report["status"], "interrupted");
+  EXPECT_LT(job.run.seconds, 8.0);
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, SigtermIsForwarded) {
+  RunOptions o;
+  o.signalWhen = "ready";
+  o.signal = SIGTERM;
+  Job job = runJob({"--nprocs", "2"}, {"run", "--", worker(), "sleep"}, o);
+  EXPECT_EQ(job.run.exitCode, 128 + SIGTERM);
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, KilledLauncherTakesItsWorkersAndTheNextRunSweepsItsSegment) {
+  RunOptions o;
+  o.signalWhen = "ready";
+  o.signal = SIGKILL;
+  Job job = runJob({"--nprocs", "3"}, {"run", "--", worker(), "sleep"}, o);
+  EXPECT_EQ(job.run.exitCode, 128 + SIGKILL);
+  // PR_SET_PDEATHSIG: the workers die with the launcher.
+  for (int i = 0; i < 100 && !processesOfJob(job.jobId).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(processesOfJob(job.jobId).empty());
+  // Nobody was left to remove the segment; the next xspawn does, and says so.
+  ASSERT_TRUE(segmentExists(job.jobId));
+  Job next = runJob({"--nprocs", "1"}, {"hello"});
+  EXPECT_EQ(next.run.exitCode, 0);
+  EXPECT_NE(next.run.err.find("removed stale shared memory /dev/shm/xspawn-" +
+                              std::to_string(getuid()) + "-" + job.jobId),
+            std::string::npos)
+      << next.run.err;
+  EXPECT_FALSE(segmentExists(job.jobId));
+}
+
+TEST_F(LauncherTest, CleanRemovesSegmentsOfDeadLaunchers) {
+  // A process that creates a job segment and dies without removing it.
+  const std::string id = uniqueJobId("stale");
+  pid_t pid = fork();
+  if (pid == 0) {
+    detail::SegmentConfig c;
+    c.jobId = id;
+    c.geometry.worldSize = 2;
+    c.geometry.payloadChunk = 64;
+    auto seg = detail::Segment::create(c);
+    seg->setOwner(false);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(segmentExists(id));
+  RunResult dry = runProcess({xspawn(), "clean", "--dry-run"});
+  EXPECT_NE(dry.out.find("would remove /dev/shm/xspawn-" + std::to_string(getuid()) + "-" + id),
+            std::string::npos);
+  EXPECT_TRUE(segmentExists(id));
+  RunResult clean = runProcess({xspawn(), "clean"});
+  EXPECT_EQ(clean.exitCode, 0);
+  EXPECT_NE(clean.out.find("is no longer running"), std::string::npos) << clean.out;
+  EXPECT_FALSE(segmentExists(id));
+}
+
+TEST_F(LauncherTest, TwoJobsAtOnceDoNotSeeEachOther) {
+  Job a, b;
+  std::thread ta([&] { a = runJob({"--nprocs", "3"}, {"run", "--", worker(), "payload", "40000"}); });
+  std::thread tb([&] { b = runJob({"--nprocs", "4"}, {"run", "--", worker(), "payload", "30000"}); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(a.run.exitCode, 0) << a.run.err;
+  EXPECT_EQ(b.run.exitCode, 0) << b.run.err;
+  EXPECT_EQ(linesWith(a.run.out, "payload ok").size(), 3u);
+  EXPECT_EQ(linesWith(b.run.out, "payload ok").size(), 4u);
+  expectClean(a);
+  expectClean(b);
+}
+
+TEST_F(LauncherTest, ASecondJobWithTheSameIdIsRefused) {
+  const std::string id = uniqueJobId("same");
+  RunOptions o;
+  o.signalWhen = "ready";
+  o.signal = SIGINT;
+  o.signalDelayMs = 1500;
+  Job first;
+  std::thread t([&] {
+    first.run = runProcess({xspawn(), "--job-id", id, "--nprocs", "2", "run", "--", worker(), "sleep"}, o);
+  });
+  for (int i = 0; i < 200 && !segmentExists(id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  RunResult second = runProcess({xspawn(), "--job-id", id, "--nprocs", "2", "hello"});
+  t.join();
+  EXPECT_EQ(second.exitCode, 1);
+  EXPECT_NE(second.err.find("job id '" + id + "' is already in use by a running job"), std::string::npos)
+      << second.err;
+  EXPECT_EQ(first.run.exitCode, 128 + SIGINT);
+  EXPECT_FALSE(segmentExists(id));
+}
+
+}  // namespace
+}  // namespace xs::test
