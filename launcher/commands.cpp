@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -39,6 +40,11 @@ int helloWorker(int index, const Flags& flags) {
   std::fflush(stdout);
 
   std::vector<std::string> all = rendezvous("init", std::string_view(reinterpret_cast<const char*>(t), sizeof t));
+  if (flags.get<int>("stamp", 0)) {
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::system_clock::now().time_since_epoch()).count();
+    std::printf("rank %d past init at %lld\n", index, static_cast<long long>(ns));
+  }
   if (is_master_ordinal()) {
     bool same = true;
     for (const std::string& p : all) same = same && p == all[0];
@@ -63,7 +69,9 @@ std::string siblingProgram(const std::string& name) {
 
 int helloCommand(const Invocation& inv) {
   po::options_description desc("hello options");
-  desc.add_options()("seed", po::value<unsigned>()->default_value(1234), "the common seed of the tensor every rank makes");
+  desc.add_options()
+    ("seed", po::value<unsigned>()->default_value(1234), "the common seed of the tensor every rank makes")
+    ("stamp", "print the time (Unix ns) each rank passed 'init' (for launch-time benchmarks)");
   po::variables_map vm;
   if (!parseCommandArgs("hello", "usage: xspawn [launcher options] hello [--seed N]\n\n"
                         "Every process prints 'Process i is using xcore:i', they meet at rendezvous\n"
@@ -73,6 +81,7 @@ int helloCommand(const Invocation& inv) {
   }
   SpawnOptions o = inv.spawn;
   o.flags.set("seed", vm["seed"].as<unsigned>());
+  o.flags.set("stamp", vm.count("stamp") ? 1 : 0);
   return spawn(helloWorker, o.nprocs, o).exitCode;
 }
 

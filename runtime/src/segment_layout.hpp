@@ -156,6 +156,7 @@ static_assert(offsetof(SegmentHeader, arrived) == 4 * kCacheLine);
 static_assert(offsetof(SegmentHeader, generation) == 5 * kCacheLine);
 static_assert(offsetof(SegmentHeader, abortText) == 6 * kCacheLine);
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0);
+static_assert(sizeof(SegmentHeader) == 6 * kCacheLine + kAbortTextBytes, "layout version 1");
 
 struct alignas(kCacheLine) RankSlot {
   // Line 0, written by the rank, read by peers checking divergence: the op (rendezvous or
@@ -187,6 +188,7 @@ static_assert(offsetof(RankSlot, opTag) == 1 * kCacheLine);
 static_assert(offsetof(RankSlot, pid) == 2 * kCacheLine);
 static_assert(offsetof(RankSlot, errorText) == 3 * kCacheLine);
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
+static_assert(sizeof(RankSlot) == 3 * kCacheLine + kErrorBytes, "layout version 1");
 
 // Geometry of a segment, computed identically by creator and attacher.
 struct SegmentGeometry {

@@ -38,12 +38,29 @@ void futexWakeAll(std::atomic<std::uint32_t>& word) {
 }
 
 Waiter::Waiter(Segment& segment, int rank, WaitMode mode)
-    : segment_(segment), rank_(rank), mode_(mode) {
-  // When processes outnumber cores, a spinning waiter steals the very core the rank it waits
-  // for needs; spin only briefly then (measured: docs/benchmarks.md, barrier latency).
-  const std::uint32_t world = segment.header().worldSize;
-  const std::uint32_t cpus = segment.header().onlineCpus;
-  spinBudget_ = world > cpus ? std::chrono::nanoseconds(1000) : std::chrono::nanoseconds(20000);
+    : segment_(segment),
+      rank_(rank),
+      mode_(mode),
+      oversubscribed_(segment.header().worldSize > segment.header().onlineCpus) {}
+
+std::chrono::nanoseconds Waiter::spinBudget() {
+  // Measured (docs/benchmarks.md): when the awaited rank runs on another core, a short spin
+  // answers in well under a microsecond where a futex round trip costs several; when it does
+  // not (more ranks than cores, or the machine busy), every spin steals the time that rank
+  // needs, and sleeping at once is fastest. So: never spin oversubscribed; otherwise spin
+  // for about twice the recent wait if recent waits were short, and every 32nd wait probe
+  // with a short spin so that a machine that became free is noticed.
+  if (mode_ == WaitMode::kSpin) return std::chrono::nanoseconds::max();
+  if (mode_ == WaitMode::kFutex || oversubscribed_) return std::chrono::nanoseconds(0);
+  ++waits_;
+  if (expectedWaitNs_ * 2 <= kMaxSpin.count()) {
+    return std::chrono::nanoseconds(std::max<std::int64_t>(expectedWaitNs_ * 2, 2000));
+  }
+  return (waits_ & 31) == 0 ? kMaxSpin / 4 : std::chrono::nanoseconds(0);
+}
+
+void Waiter::recordWait(std::chrono::nanoseconds waited) {
+  expectedWaitNs_ = (expectedWaitNs_ * 7 + waited.count()) / 8;
 }
 
 void Waiter::wake(std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleepers) {
@@ -58,16 +75,21 @@ void Waiter::waitChange(std::atomic<std::uint32_t>& word, std::uint32_t seen,
   // Acquire: whatever the writer published before changing `word` is visible after we see it.
   if (word.load(std::memory_order_acquire) != seen) return;
   check();
-  auto lastCheck = Clock::now();
-
-  if (mode_ != WaitMode::kFutex) {
-    const auto spinUntil = lastCheck + spinBudget_;
+  const auto start = Clock::now();
+  auto lastCheck = start;
+  const auto budget = spinBudget();
+  if (budget.count() > 0) {
+    const auto spinUntil = budget == std::chrono::nanoseconds::max() ? Clock::time_point::max() : start + budget;
     for (std::uint64_t i = 1;; ++i) {
-      if (word.load(std::memory_order_acquire) != seen) return;
+      if (word.load(std::memory_order_acquire) != seen) {
+        recordWait(Clock::now() - start);
+        return;
+      }
       XS_CPU_RELAX();
-      if ((i & 255) == 0) {
+      // A pause is ~40-140 cycles; look at the clock every 16 of them (~1 us).
+      if ((i & 15) == 0) {
         auto now = Clock::now();
-        if (mode_ == WaitMode::kHybrid && now >= spinUntil) break;
+        if (now >= spinUntil) break;
         if (now - lastCheck >= kTick) {
           check();
           lastCheck = now;
@@ -88,7 +110,10 @@ void Waiter::waitChange(std::atomic<std::uint32_t>& word, std::uint32_t seen,
     if (!changed && !aborted) futexWait(word, seen, kTick);
     me.sleepingOn.store(0, std::memory_order_relaxed);
     sleepers.fetch_sub(1, std::memory_order_relaxed);
-    if (word.load(std::memory_order_acquire) != seen) return;
+    if (word.load(std::memory_order_acquire) != seen) {
+      recordWait(Clock::now() - start);
+      return;
+    }
     check();
   }
 }

@@ -41,14 +41,22 @@ class Waiter {
 
   // The longest a sleeper sleeps before it checks again on its own.
   static constexpr std::chrono::milliseconds kTick{20};
+  // The longest a hybrid waiter spins.
+  static constexpr std::chrono::nanoseconds kMaxSpin{20000};
 
   WaitMode mode() const { return mode_; }
 
  private:
+  // How long to spin before sleeping, from how long recent waits lasted.
+  std::chrono::nanoseconds spinBudget();
+  void recordWait(std::chrono::nanoseconds waited);
+
   Segment& segment_;
   int rank_;
   WaitMode mode_;
-  std::chrono::nanoseconds spinBudget_;
+  bool oversubscribed_;
+  std::int64_t expectedWaitNs_ = 0;  // moving average of recent waits
+  std::uint32_t waits_ = 0;
 };
 
 }  // namespace xs::detail
