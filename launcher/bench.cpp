@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_collectives.hpp"
 #include "command_args.hpp"
 #include "commands.hpp"
 #include "xspawn/xspawn.hpp"
@@ -169,7 +170,9 @@ int benchEngine(const std::vector<std::string>& args) {
 int benchCommand(const Invocation& inv) {
   const std::string usage =
       "usage: xspawn [launcher options] bench OP [options]\n\n"
-      "OP: barrier   latency of the checked barrier, per wait policy\n"
+      "OP: allreduce, broadcast, allgather, reducescatter\n"
+      "              collectives over shared memory beside Open MPI and Gloo\n"
+      "    barrier   latency of the checked barrier, per wait policy\n"
       "    engine    one emulated core's training step against PyTorch\n";
   if (inv.args.empty() || inv.args[0] == "--help" || inv.args[0] == "-h") {
     if (inv.args.empty()) XS_THROW(UsageError, "bench: which benchmark? try 'xspawn bench --help'");
@@ -181,8 +184,7 @@ int benchCommand(const Invocation& inv) {
   if (op == "barrier") return benchBarrier(inv, rest);
   if (op == "engine") return benchEngine(rest);
   if (op == "allreduce" || op == "broadcast" || op == "allgather" || op == "reducescatter") {
-    std::fprintf(stderr, "xspawn: bench %s: the collectives are not built yet\n", op.c_str());
-    return 1;
+    return benchCollective(inv, op, rest);
   }
   XS_THROW(UsageError, fmt::format("bench: unknown benchmark '{}'; try 'xspawn bench --help'", op));
 }

@@ -14,6 +14,8 @@
 
 namespace xs::detail {
 
+class Collectives;
+
 struct Context {
   Segment* segment = nullptr;              // the job's segment
   std::unique_ptr<Segment> ownedSegment;   // set when this process mapped it itself
@@ -24,6 +26,7 @@ struct Context {
   int localWorldSize = 1;
   std::string jobId;
   DeviceInfo device;
+  std::unique_ptr<Collectives> collectives;  // created on first use
 };
 
 // The process's context, or nullptr before init.

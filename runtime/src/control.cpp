@@ -77,14 +77,17 @@ ControlPlane::ControlPlane(Segment& segment, int rank, WaitMode mode,
       waiter_(segment, rank, mode),
       timeout_(timeout) {}
 
-std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag) {
+std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag, std::uint64_t detail) {
   throwIfAborted();
   if (tag.size() >= kTagBytes) {
     XS_THROW(UsageError, fmt::format("tag '{}' is {} characters long; tags hold at most {}",
                                      tag, tag.size(), kTagBytes - 1));
   }
   seq_ += 1;
-  hash_ = hashOp(kind, tag);
+  // `detail` (a collective's count, type, op, ...) makes the same tag with other arguments a
+  // different op, so mismatched arguments are caught like mismatched tags.
+  hash_ = hashOp(kind, tag) ^ (detail * 0x9e3779b97f4a7c15ULL);
+  if (hash_ == 0) hash_ = 1;
   tag_ = std::string(tag);
   RankSlot& me = segment_.slot(rank_);
   // Seqlock write: mark "writing" first so a reader never pairs the old seq with new fields.
@@ -155,7 +158,7 @@ void ControlPlane::wakeSleepers(Segment& segment) {
   for (int r = 0; r < segment.worldSize(); ++r) {
     std::uint64_t off = segment.slot(r).sleepingOn.load(std::memory_order_seq_cst);
     if (off != 0 && off - 1 + 4 <= segment.size()) {
-      futexWakeAll(*reinterpret_cast<std::atomic<std::uint32_t>*>(segment.base() + off - 1));
+      futexWakeAll(segment.base() + off - 1);
     }
   }
 }
@@ -263,9 +266,8 @@ void ControlPlane::checkWhileWaiting(Clock::time_point deadline, std::span<const
   if (Clock::now() >= deadline) failTimeout(seq_);
 }
 
-void ControlPlane::barrierRound(std::uint64_t seq, std::uint64_t hash) {
+void ControlPlane::barrierRound(std::uint64_t seq, std::uint64_t hash, Clock::time_point deadline) {
   SegmentHeader& h = segment_.header();
-  const auto deadline = Clock::now() + timeout_;
   // Read the generation before arriving: it cannot move until we arrive (we are one of the
   // N), so after arriving we wait exactly for the next one. The acq_rel RMW below keeps this
   // load before it.
@@ -279,7 +281,7 @@ void ControlPlane::barrierRound(std::uint64_t seq, std::uint64_t hash) {
     // seq_cst store: release for the slots read after the barrier, and ordered before the
     // sleepers check in wake() (no lost wake-up).
     h.generation.store(gen + 1, std::memory_order_seq_cst);
-    Waiter::wake(h.generation, h.generationSleepers);
+    Waiter::wake(&h.generation, h.generationSleepers);
     return;
   }
   waiter_.waitChange(h.generation, gen, h.generationSleepers,
@@ -288,7 +290,7 @@ void ControlPlane::barrierRound(std::uint64_t seq, std::uint64_t hash) {
 
 void ControlPlane::barrier(std::string_view tag) {
   std::uint64_t seq = enterOp(OpKind::kRendezvous, tag);
-  barrierRound(seq, hash_);
+  barrierRound(seq, hash_, Clock::now() + timeout_);
   leaveOp();
 }
 
@@ -310,7 +312,7 @@ std::vector<std::vector<std::byte>> ControlPlane::rendezvous(std::string_view ta
         offset < payload.size() ? std::min<std::uint64_t>(chunk, payload.size() - offset) : 0;
     if (mine) std::memcpy(segment_.payload(rank_, parity), payload.data() + offset, mine);
     me.payloadBytes[parity].store(payload.size(), std::memory_order_relaxed);
-    barrierRound(seq, hash_);
+    barrierRound(seq, hash_, Clock::now() + timeout_);
     for (int r = 0; r < world_; ++r) {
       const std::uint64_t size = segment_.slot(r).payloadBytes[parity].load(std::memory_order_relaxed);
       if (round == 0) {

@@ -40,7 +40,7 @@ class ControlPlane {
   // Publishes "this rank is now in op `tag`" with the next sequence number and fails at once
   // (DivergenceError) if a peer already sits at that sequence number with another tag.
   // `kind` distinguishes a rendezvous 'x' from a collective 'x'. Returns the sequence number.
-  std::uint64_t enterOp(OpKind kind, std::string_view tag);
+  std::uint64_t enterOp(OpKind kind, std::string_view tag, std::uint64_t detail = 0);
   // Marks the current op finished (peers then see this rank as busy after it).
   void leaveOp();
 
@@ -53,6 +53,8 @@ class ControlPlane {
 
   // A checked barrier over all ranks.
   void barrier(std::string_view tag);
+  // One more barrier round inside the current op (collectives synchronise several times).
+  void sync(Clock::time_point deadline) { barrierRound(seq_, hash_, deadline); }
   // Every rank's payload in rank order (payloads of any size, streamed in chunks).
   std::vector<std::vector<std::byte>> rendezvous(std::string_view tag,
                                                  std::span<const std::byte> payload);
@@ -67,7 +69,7 @@ class ControlPlane {
   static OpSnapshot snapshot(const RankSlot& slot);
 
  private:
-  void barrierRound(std::uint64_t seq, std::uint64_t hash);
+  void barrierRound(std::uint64_t seq, std::uint64_t hash, Clock::time_point deadline);
   void checkDivergence(std::uint64_t seq, std::uint64_t hash, bool allArrived);
   [[noreturn]] void failTimeout(std::uint64_t seq);
   // Before reporting a divergence, waits briefly for ranks not yet at `seq`.

@@ -52,7 +52,14 @@ void writeHeader(SegmentHeader& h, const SegmentConfig& c) {
   h.payloadStride = g.payloadStride();
   h.payloadChunk = g.payloadChunk;
   h.arenaOffset = g.arenaOffset();
-  h.arenaBytes = g.arenaBytes;
+  h.arenaBytes = g.arenaBytes();
+  h.stageBytes = g.coll.stageBytes;
+  h.ringSlots = g.coll.ringSlots;
+  h.ringSlotBytes = g.coll.ringSlotBytes;
+  h.heapBytes = g.coll.heapBytes;
+  h.stageOffset = g.stageOffset();
+  h.fifoOffset = g.fifoOffset();
+  h.heapOffset = g.heapOffset();
   h.launcherPid = getpid();
   h.launcherStartTicks = processStartTicks(getpid());
   h.createdUnixNs = nowUnixNs();

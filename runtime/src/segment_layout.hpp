@@ -145,7 +145,15 @@ struct alignas(kCacheLine) SegmentHeader {
   // sleepers read.
   alignas(kCacheLine) std::atomic<std::uint32_t> generation;
   std::atomic<std::uint32_t> generationSleepers;
-  // Lines 6..: the first abort's explanation (written once, by the abort winner, before
+  // Line 6: the collectives' arena (offsets relative to arenaOffset; see coll/arena.hpp).
+  alignas(kCacheLine) std::uint64_t stageBytes;  // per rank and parity
+  std::uint64_t ringSlots;
+  std::uint64_t ringSlotBytes;
+  std::uint64_t heapBytes;  // per rank
+  std::uint64_t stageOffset;
+  std::uint64_t fifoOffset;
+  std::uint64_t heapOffset;
+  // Lines 7..: the first abort's explanation (written once, by the abort winner, before
   // it wakes anyone; read after the abort word is seen).
   alignas(kCacheLine) AtomicText<kAbortTextBytes> abortText;
 };
@@ -154,9 +162,10 @@ static_assert(offsetof(SegmentHeader, jobId) == 2 * kCacheLine);
 static_assert(offsetof(SegmentHeader, abortWord) == 3 * kCacheLine);
 static_assert(offsetof(SegmentHeader, arrived) == 4 * kCacheLine);
 static_assert(offsetof(SegmentHeader, generation) == 5 * kCacheLine);
-static_assert(offsetof(SegmentHeader, abortText) == 6 * kCacheLine);
+static_assert(offsetof(SegmentHeader, stageBytes) == 6 * kCacheLine);
+static_assert(offsetof(SegmentHeader, abortText) == 7 * kCacheLine);
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0);
-static_assert(sizeof(SegmentHeader) == 6 * kCacheLine + kAbortTextBytes, "layout version 1");
+static_assert(sizeof(SegmentHeader) == 7 * kCacheLine + kAbortTextBytes, "layout version 1");
 
 struct alignas(kCacheLine) RankSlot {
   // Line 0, written by the rank, read by peers checking divergence: the op (rendezvous or
@@ -190,20 +199,55 @@ static_assert(offsetof(RankSlot, errorText) == 3 * kCacheLine);
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(sizeof(RankSlot) == 3 * kCacheLine + kErrorBytes, "layout version 1");
 
+// One ring FIFO's control words (the FIFO carrying data from rank r-1 to rank r), followed
+// in the arena by its slots. head: slots the producer has filled; tail: slots the consumer
+// has emptied; both only grow (64-bit: they never wrap).
+inline constexpr std::size_t kMaxRingSlots = 16;
+struct alignas(kCacheLine) FifoControl {
+  std::atomic<std::uint64_t> head;  // written by the producer only
+  std::atomic<std::uint32_t> headSleepers;
+  alignas(kCacheLine) std::atomic<std::uint64_t> tail;  // written by the consumer only
+  std::atomic<std::uint32_t> tailSleepers;
+  alignas(kCacheLine) std::atomic<std::uint64_t> slotBytes[kMaxRingSlots];  // producer
+};
+static_assert(offsetof(FifoControl, tail) == kCacheLine);
+static_assert(offsetof(FifoControl, slotBytes) == 2 * kCacheLine);
+static_assert(sizeof(FifoControl) == 4 * kCacheLine);
+
+inline constexpr std::uint64_t alignUp(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+
+// Sizes of the collectives' arena: staging buffers (two parities per rank), one ring FIFO per
+// rank, and the shared heap (each rank's region of zero-copy tensors).
+struct CollectiveGeometry {
+  std::uint64_t stageBytes = 0;
+  std::uint64_t ringSlots = 0;
+  std::uint64_t ringSlotBytes = 0;
+  std::uint64_t heapBytes = 0;
+};
+
 // Geometry of a segment, computed identically by creator and attacher.
 struct SegmentGeometry {
   std::uint32_t worldSize = 0;
   std::uint64_t payloadChunk = 0;
-  std::uint64_t arenaBytes = 0;
+  CollectiveGeometry coll;
 
   std::uint64_t rankSlotsOffset() const { return sizeof(SegmentHeader); }
   std::uint64_t payloadOffset() const { return rankSlotsOffset() + worldSize * sizeof(RankSlot); }
   std::uint64_t payloadStride() const { return 2 * payloadChunk; }
   std::uint64_t arenaOffset() const {
-    std::uint64_t end = payloadOffset() + worldSize * payloadStride();
-    return (end + 4095) / 4096 * 4096;
+    return alignUp(payloadOffset() + worldSize * payloadStride(), 4096);
   }
-  std::uint64_t totalBytes() const { return arenaOffset() + (arenaBytes + 4095) / 4096 * 4096; }
+  // Arena-relative offsets.
+  std::uint64_t stageOffset() const { return 0; }
+  std::uint64_t stageStride() const { return alignUp(2 * coll.stageBytes, 4096); }
+  std::uint64_t fifoOffset() const { return stageOffset() + worldSize * stageStride(); }
+  std::uint64_t fifoStride() const {
+    return alignUp(sizeof(FifoControl) + coll.ringSlots * coll.ringSlotBytes, 4096);
+  }
+  std::uint64_t heapOffset() const { return fifoOffset() + worldSize * fifoStride(); }
+  std::uint64_t heapStride() const { return alignUp(coll.heapBytes, 4096); }
+  std::uint64_t arenaBytes() const { return heapOffset() + worldSize * heapStride(); }
+  std::uint64_t totalBytes() const { return arenaOffset() + arenaBytes(); }
 };
 
 inline std::uint64_t packAbort(AbortReason reason, int rank) {

@@ -133,7 +133,14 @@ void Supervisor::prepare() {
   config.jobId = jobId_;
   config.geometry.worldSize = static_cast<std::uint32_t>(world_);
   config.geometry.payloadChunk = (std::max<std::size_t>(options_.rendezvousChunk, 64) + 63) / 64 * 64;
-  config.geometry.arenaBytes = options_.arenaBytes;
+  if (options_.ringSlots < 2 || options_.ringSlots > kMaxRingSlots) {
+    XS_THROW(UsageError, fmt::format("ring slots must be from 2 to {} (got {})", kMaxRingSlots, options_.ringSlots));
+  }
+  auto roundTo64 = [](std::size_t v) { return (std::max<std::size_t>(v, 4096) + 63) / 64 * 64; };
+  config.geometry.coll.stageBytes = roundTo64(options_.stageBytes);
+  config.geometry.coll.ringSlots = options_.ringSlots;
+  config.geometry.coll.ringSlotBytes = roundTo64(options_.ringSlotBytes);
+  config.geometry.coll.heapBytes = options_.sharedHeapBytes;
   config.timeoutMs = options_.timeout.count();
   config.waitMode = static_cast<std::uint32_t>(options_.waitPolicy);
   segment_ = Segment::create(config);

@@ -20,21 +20,18 @@
 
 namespace xs::detail {
 
-void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
-               std::chrono::nanoseconds timeout) {
+void futexWait(const void* word, std::uint32_t expected, std::chrono::nanoseconds timeout) {
   if (timeout.count() <= 0) return;
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
   ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
   // FUTEX_WAIT without FUTEX_PRIVATE_FLAG: the word is in a shared mapping and the wakers are
   // other processes; a private futex would key on this process's address space only.
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts,
-            nullptr, 0);
+  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
-void futexWakeAll(std::atomic<std::uint32_t>& word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
+void futexWakeAll(const void* word) {
+  ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 Waiter::Waiter(Segment& segment, int rank, WaitMode mode)
@@ -63,17 +60,16 @@ void Waiter::recordWait(std::chrono::nanoseconds waited) {
   expectedWaitNs_ = (expectedWaitNs_ * 7 + waited.count()) / 8;
 }
 
-void Waiter::wake(std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleepers) {
+void Waiter::wake(const void* word, std::atomic<std::uint32_t>& sleepers) {
   // The caller's store to `word` (seq_cst) and this load are ordered against the sleeper's
   // increment of `sleepers` and its reload of `word` (both seq_cst): either we see the
   // sleeper and wake it, or it sees the new value and never sleeps. No lost wake-up.
   if (sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(word);
 }
 
-void Waiter::waitChange(std::atomic<std::uint32_t>& word, std::uint32_t seen,
-                        std::atomic<std::uint32_t>& sleepers, const std::function<void()>& check) {
-  // Acquire: whatever the writer published before changing `word` is visible after we see it.
-  if (word.load(std::memory_order_acquire) != seen) return;
+void Waiter::waitSlow(const std::function<bool()>& changed, const void* futexWord,
+                      std::uint32_t futexSeen, std::atomic<std::uint32_t>& sleepers,
+                      const std::function<void()>& check) {
   check();
   const auto start = Clock::now();
   auto lastCheck = start;
@@ -81,7 +77,7 @@ void Waiter::waitChange(std::atomic<std::uint32_t>& word, std::uint32_t seen,
   if (budget.count() > 0) {
     const auto spinUntil = budget == std::chrono::nanoseconds::max() ? Clock::time_point::max() : start + budget;
     for (std::uint64_t i = 1;; ++i) {
-      if (word.load(std::memory_order_acquire) != seen) {
+      if (changed()) {
         recordWait(Clock::now() - start);
         return;
       }
@@ -102,15 +98,16 @@ void Waiter::waitChange(std::atomic<std::uint32_t>& word, std::uint32_t seen,
   for (;;) {
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     // Tell an aborter which word to wake us on (offset + 1; 0 means "not sleeping").
-    me.sleepingOn.store(segment_.offsetOf(&word) + 1, std::memory_order_seq_cst);
-    // Re-check after registering: a change made before our registration was visible to us
-    // now, one made after it will find `sleepers` non-zero and wake us.
-    bool changed = word.load(std::memory_order_seq_cst) != seen;
+    me.sleepingOn.store(segment_.offsetOf(futexWord) + 1, std::memory_order_seq_cst);
+    // Re-check after registering: a change made before our registration is visible to us
+    // now; one made after it finds `sleepers` non-zero and wakes us.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    bool done = changed();
     bool aborted = segment_.header().abortWord.load(std::memory_order_seq_cst) != 0;
-    if (!changed && !aborted) futexWait(word, seen, kTick);
+    if (!done && !aborted) futexWait(futexWord, futexSeen, kTick);
     me.sleepingOn.store(0, std::memory_order_relaxed);
     sleepers.fetch_sub(1, std::memory_order_relaxed);
-    if (word.load(std::memory_order_acquire) != seen) {
+    if (changed()) {
       recordWait(Clock::now() - start);
       return;
     }

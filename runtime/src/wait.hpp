@@ -17,10 +17,10 @@ class Segment;
 enum class WaitMode : std::uint32_t { kHybrid = 0, kSpin = 1, kFutex = 2 };
 
 // FUTEX_WAIT on a word shared between processes; returns on change, wake, timeout or signal.
-void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
-               std::chrono::nanoseconds timeout);
+// `word` is the address of a 32-bit word (or the low half of a 64-bit one).
+void futexWait(const void* word, std::uint32_t expected, std::chrono::nanoseconds timeout);
 // FUTEX_WAKE of every sleeper on the word.
-void futexWakeAll(std::atomic<std::uint32_t>& word);
+void futexWakeAll(const void* word);
 
 using Clock = std::chrono::steady_clock;
 
@@ -32,12 +32,18 @@ class Waiter {
   // Blocks until `word` no longer holds `seen` (acquire). Before sleeping it registers in
   // `sleepers` so that the writer can skip the wake syscall when nobody sleeps. At least
   // every kTick and on every wake it calls `check` (which throws to give up: abort word,
-  // deadline, divergence, dead peer).
-  void waitChange(std::atomic<std::uint32_t>& word, std::uint32_t seen,
-                  std::atomic<std::uint32_t>& sleepers, const std::function<void()>& check);
+  // deadline, divergence, dead peer). A 64-bit word sleeps on its low half (x86: little end).
+  template <class Word>
+  void waitChange(std::atomic<Word>& word, Word seen, std::atomic<std::uint32_t>& sleepers,
+                  const std::function<void()>& check) {
+    static_assert(sizeof(Word) == 4 || sizeof(Word) == 8);
+    if (word.load(std::memory_order_acquire) != seen) return;
+    waitSlow([&] { return word.load(std::memory_order_acquire) != seen; },
+             &word, static_cast<std::uint32_t>(seen), sleepers, check);
+  }
 
   // Wakes the sleepers of `word` after the caller changed it (seq_cst store), if any.
-  static void wake(std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleepers);
+  static void wake(const void* word, std::atomic<std::uint32_t>& sleepers);
 
   // The longest a sleeper sleeps before it checks again on its own.
   static constexpr std::chrono::milliseconds kTick{20};
@@ -47,6 +53,9 @@ class Waiter {
   WaitMode mode() const { return mode_; }
 
  private:
+  void waitSlow(const std::function<bool()>& changed, const void* futexWord,
+                std::uint32_t futexSeen, std::atomic<std::uint32_t>& sleepers,
+                const std::function<void()>& check);
   // How long to spin before sleeping, from how long recent waits lasted.
   std::chrono::nanoseconds spinBudget();
   void recordWait(std::chrono::nanoseconds waited);

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "collectives_impl.hpp"
 #include "context.hpp"
 #include "xspawn/xspawn.hpp"
 

@@ -47,7 +47,7 @@ TEST(SegmentTest, CreatedPrivateToTheUserAndRemovedByItsOwner) {
   c.jobId = uniqueJobId("seg");
   c.geometry.worldSize = 3;
   c.geometry.payloadChunk = 1024;
-  c.geometry.arenaBytes = 5000;
+  c.geometry.coll.heapBytes = 5000;
   {
     auto seg = detail::Segment::create(c);
     struct stat st {};

@@ -34,7 +34,12 @@ struct SpawnOptions {
   std::chrono::milliseconds killGrace{10000};  // after SIGTERM, how long until SIGKILL
   WaitPolicy waitPolicy = WaitPolicy::kHybrid;
   std::size_t rendezvousChunk = 32 * 1024;  // bytes per rank and round of rendezvous payload
-  std::size_t arenaBytes = 0;        // shared memory reserved for collectives
+  // Shared memory of the collectives, per rank: staging buffers (two of stageBytes), a ring
+  // FIFO (ringSlots x ringSlotBytes) and the shared heap for zero-copy tensors.
+  std::size_t stageBytes = 2 * 1024 * 1024;
+  std::size_t ringSlots = 8;
+  std::size_t ringSlotBytes = 128 * 1024;
+  std::size_t sharedHeapBytes = 0;
   std::vector<std::string> extraEnv; // "NAME=value" for every worker
 };
 

@@ -1,0 +1,101 @@
+// collectives.hpp: all_reduce, broadcast, all_gather and reduce_scatter among the ranks of a
+// job, over the job's shared memory; and shared_alloc, for tensors the collectives can reduce
+// without copying them in or out.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+
+namespace xs {
+
+// bfloat16 storage: the upper half of a float32. Reductions accumulate in float32.
+struct bfloat16 {
+  std::uint16_t bits = 0;
+};
+
+enum class DType { kFloat32, kFloat64, kInt32, kInt64, kBFloat16 };
+enum class ReduceOp { kSum, kMean, kMax, kMin };
+enum class Algorithm {
+  kAuto,             // picked from the size and the number of ranks (docs/collectives.md)
+  kRing,             // reduce-scatter then all-gather around the ranks' ring FIFOs
+  kTwoShot,          // each rank reduces its 1/N slice from everyone's buffer, then all gather
+  kOneShot,          // every rank reduces everything: one synchronisation, for small messages
+  kParameterServer,  // `psServers` ranks reduce (1: one server; N: sharded like two-shot)
+};
+
+struct CollectiveOptions {
+  std::string tag;  // names the op in divergence and timeout errors (default: a description)
+  std::chrono::milliseconds timeout{0};  // 0: the job's --timeout
+  Algorithm algorithm = Algorithm::kAuto;
+  int psServers = 1;  // kParameterServer: how many ranks hold a shard of the parameters
+};
+
+std::size_t dtypeSize(DType type);
+const char* dtypeName(DType type);
+const char* reduceOpName(ReduceOp op);
+const char* algorithmName(Algorithm algorithm);
+// "ring", "two-shot", "one-shot", "ps", "auto" -> Algorithm; UsageError otherwise.
+Algorithm parseAlgorithm(const std::string& name);
+
+// The slice of `count` elements rank `rank` of `world` owns in reduce_scatter / all_gather:
+// [first, first + size), sizes differing by at most one.
+struct Slice {
+  std::size_t first = 0;
+  std::size_t size = 0;
+};
+Slice slice_of(std::size_t count, int rank, int world);
+
+// out[i] = op over ranks (in rank order) of in[i], on every rank. `in` may equal `out`.
+// Every rank must pass the same count, type, op and algorithm (DivergenceError otherwise).
+void all_reduce(const void* in, void* out, std::size_t count, DType type, ReduceOp op = ReduceOp::kSum,
+                const CollectiveOptions& options = {});
+// data on every rank = data on `root`.
+void broadcast(void* data, std::size_t count, DType type, int root = 0,
+               const CollectiveOptions& options = {});
+// out (count elements) = every rank's slice_of(count, r, N), concatenated in rank order; `in`
+// holds this rank's slice.
+void all_gather(const void* in, void* out, std::size_t count, DType type,
+                const CollectiveOptions& options = {});
+// out (this rank's slice_of(count, rank, N)) = op over ranks of that slice of `in` (count).
+void reduce_scatter(const void* in, void* out, std::size_t count, DType type,
+                    ReduceOp op = ReduceOp::kSum, const CollectiveOptions& options = {});
+
+// Allocates `bytes` in this rank's region of the job's shared heap (launcher option
+// --shared-heap). A buffer allocated at the same point of the program on every rank can be
+// all-reduced in place with no copy in or out. Throws if the heap is too small.
+void* shared_alloc(std::size_t bytes);
+// Frees every shared_alloc allocation of this rank (all ranks must do it together).
+void shared_reset();
+
+template <class T>
+constexpr DType dtypeOf() {
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  else if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return DType::kInt32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return DType::kInt64;
+  else if constexpr (std::is_same_v<T, bfloat16>) return DType::kBFloat16;
+  else static_assert(sizeof(T) == 0, "unsupported element type");
+}
+
+template <class T>
+void all_reduce(std::span<T> data, ReduceOp op = ReduceOp::kSum, const CollectiveOptions& options = {}) {
+  all_reduce(data.data(), data.data(), data.size(), dtypeOf<T>(), op, options);
+}
+template <class T>
+void broadcast(std::span<T> data, int root = 0, const CollectiveOptions& options = {}) {
+  broadcast(data.data(), data.size(), dtypeOf<T>(), root, options);
+}
+template <class T>
+std::span<T> shared_alloc(std::size_t count) {
+  return {static_cast<T*>(shared_alloc(count * sizeof(T))), count};
+}
+
+// float <-> bfloat16 (round to nearest even; NaN stays NaN).
+float toFloat(bfloat16 v);
+bfloat16 toBFloat16(float v);
+
+}  // namespace xs

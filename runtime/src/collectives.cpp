@@ -1,0 +1,228 @@
+// collectives.cpp: the public collective calls, op entry, algorithm choice, and the staged
+// broadcast, all-gather and reduce-scatter.
+#include "collectives_impl.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "reduce_kernels.hpp"
+
+namespace xs {
+
+std::size_t dtypeSize(DType type) {
+  switch (type) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kBFloat16: return 2;
+  }
+  return 1;
+}
+
+const char* dtypeName(DType type) {
+  switch (type) {
+    case DType::kFloat32: return "float";
+    case DType::kFloat64: return "double";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kBFloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+const char* reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMean: return "mean";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+const char* algorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kTwoShot: return "two-shot";
+    case Algorithm::kOneShot: return "one-shot";
+    case Algorithm::kParameterServer: return "ps";
+  }
+  return "?";
+}
+
+Algorithm parseAlgorithm(const std::string& name) {
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kTwoShot, Algorithm::kOneShot,
+                      Algorithm::kParameterServer}) {
+    if (name == algorithmName(a)) return a;
+  }
+  XS_THROW(UsageError, fmt::format("unknown algorithm '{}' (auto, ring, two-shot, one-shot, ps)", name));
+}
+
+Slice slice_of(std::size_t count, int rank, int world) {
+  const std::size_t base = count / world, extra = count % world;
+  const std::size_t r = static_cast<std::size_t>(rank);
+  return {r * base + std::min(r, extra), base + (r < extra ? 1 : 0)};
+}
+
+void all_reduce(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
+                const CollectiveOptions& options) {
+  detail::collectives().allReduce(in, out, count, type, op, options);
+}
+void broadcast(void* data, std::size_t count, DType type, int root, const CollectiveOptions& options) {
+  detail::collectives().broadcast(data, count, type, root, options);
+}
+void all_gather(const void* in, void* out, std::size_t count, DType type, const CollectiveOptions& options) {
+  detail::collectives().allGather(in, out, count, type, options);
+}
+void reduce_scatter(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
+                    const CollectiveOptions& options) {
+  detail::collectives().reduceScatter(in, out, count, type, op, options);
+}
+void* shared_alloc(std::size_t bytes) { return detail::collectives().sharedAlloc(bytes); }
+void shared_reset() { detail::collectives().sharedReset(); }
+
+}  // namespace xs
+
+namespace xs::detail {
+
+Collectives& collectives() {
+  Context& c = requireContext("collectives");
+  if (!c.collectives) c.collectives = std::make_unique<Collectives>(c);
+  return *c.collectives;
+}
+
+Collectives::Collectives(Context& context)
+    : context_(context),
+      control_(*context.control),
+      arena_(*context.segment),
+      ring_(*context.segment, *context.control),
+      rank_(context.control->rank()),
+      world_(context.control->worldSize()) {}
+
+void Collectives::begin(OpKind kind, const CollectiveOptions& options, const std::string& description,
+                        std::uint64_t detail) {
+  // The user's tag and the arguments both show, so that a mismatch of either is visible.
+  std::string tag = options.tag.empty() ? description : options.tag + ": " + description;
+  if (tag.size() >= kTagBytes) tag.resize(kTagBytes - 1);
+  control_.enterOp(kind, tag, detail);
+  deadline_ = Clock::now() + (options.timeout.count() > 0 ? options.timeout : control_.timeout());
+}
+
+bool Collectives::inHeap(const void* p, std::size_t bytes, std::uint64_t* offset) const {
+  const std::byte* b = static_cast<const std::byte*>(p);
+  const std::byte* heap = arena_.heap(rank_);
+  if (arena_.heapBytes() == 0 || b < heap || b + bytes > heap + arena_.heapBytes()) return false;
+  *offset = static_cast<std::uint64_t>(b - heap);
+  return true;
+}
+
+void* Collectives::sharedAlloc(std::size_t bytes) {
+  const std::size_t start = (heapUsed_ + 63) / 64 * 64;
+  if (start + bytes > arena_.heapBytes()) {
+    XS_THROW(UsageError,
+             fmt::format("shared_alloc of {} bytes does not fit the shared heap ({} of {} bytes per "
+                         "rank in use); start the job with a larger --shared-heap",
+                         bytes, heapUsed_, arena_.heapBytes()));
+  }
+  heapUsed_ = start + bytes;
+  return arena_.heap(rank_) + start;
+}
+
+void Collectives::broadcast(void* data, std::size_t count, DType type, int root,
+                            const CollectiveOptions& options) {
+  if (root < 0 || root >= world_) {
+    XS_THROW(UsageError, fmt::format("broadcast: root {} is not a rank of this job (0-{})", root, world_ - 1));
+  }
+  const std::size_t es = dtypeSize(type), bytes = count * es;
+  std::uint64_t offset = 0;
+  const bool zeroCopy = bytes > 0 && inHeap(data, bytes, &offset);
+  begin(OpKind::kBroadcast, options, fmt::format("{}[{}] from {}", dtypeName(type), count, root),
+        (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ (static_cast<std::uint64_t>(root) << 40) ^
+            (zeroCopy ? offset + 1 : 0) * 31);
+  auto* d = static_cast<std::byte*>(data);
+  if (world_ > 1 && zeroCopy) {
+    // Everyone reads the root's buffer straight out of the heap.
+    sync();
+    if (rank_ != root) std::memcpy(d, arena_.heap(root) + offset, bytes);
+    sync();
+  } else if (world_ > 1) {
+    for (std::size_t at = 0; at < bytes; at += arena_.stageBytes()) {
+      const std::size_t n = std::min(arena_.stageBytes(), bytes - at);
+      const int par = nextParity();
+      if (rank_ == root) std::memcpy(arena_.stage(root, par), d + at, n);
+      sync();
+      if (rank_ != root) std::memcpy(d + at, arena_.stage(root, par), n);
+    }
+  }
+  end();
+}
+
+void Collectives::allGather(const void* in, void* out, std::size_t count, DType type,
+                            const CollectiveOptions& options) {
+  const std::size_t es = dtypeSize(type);
+  begin(OpKind::kAllGather, options, fmt::format("{}[{}]", dtypeName(type), count),
+        (count << 8) ^ static_cast<std::uint64_t>(type));
+  const auto* src = static_cast<const std::byte*>(in);
+  auto* dst = static_cast<std::byte*>(out);
+  const Slice mine = slice_of(count, rank_, world_);
+  if (world_ == 1) {
+    if (count) std::memmove(dst, src, count * es);
+  } else {
+    // Rounds of at most one staging buffer per rank; the largest slice (rank 0's) decides
+    // how many, the same on every rank.
+    const std::size_t perRound = arena_.stageBytes() / es;
+    const std::size_t largest = slice_of(count, 0, world_).size;
+    for (std::size_t at = 0; at < largest; at += perRound) {
+      const int par = nextParity();
+      if (at < mine.size) {
+        std::memcpy(arena_.stage(rank_, par), src + at * es, std::min(perRound, mine.size - at) * es);
+      }
+      sync();
+      for (int k = 0; k < world_; ++k) {
+        const Slice s = slice_of(count, k, world_);
+        if (at < s.size) {
+          std::memcpy(dst + (s.first + at) * es, arena_.stage(k, par), std::min(perRound, s.size - at) * es);
+        }
+      }
+    }
+  }
+  end();
+}
+
+void Collectives::reduceScatter(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
+                                const CollectiveOptions& options) {
+  const std::size_t es = dtypeSize(type);
+  begin(OpKind::kReduceScatter, options,
+        fmt::format("{} {}[{}]", reduceOpName(op), dtypeName(type), count),
+        (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ static_cast<std::uint64_t>(op));
+  const auto* src = static_cast<const std::byte*>(in);
+  auto* dst = static_cast<std::byte*>(out);
+  const Slice mine = slice_of(count, rank_, world_);
+  if (world_ == 1) {
+    if (count) scaleCopy(type, src, dst, count, 1);
+  } else {
+    const std::size_t perRound = arena_.stageBytes() / es;
+    std::vector<const void*> srcs(world_);
+    for (std::size_t at = 0; at < count; at += perRound) {
+      const std::size_t n = std::min(perRound, count - at);
+      const int par = nextParity();
+      std::memcpy(arena_.stage(rank_, par), src + at * es, n * es);
+      sync();
+      // The part of my slice inside this round's [at, at + n).
+      const std::size_t lo = std::max(at, mine.first), hi = std::min(at + n, mine.first + mine.size);
+      if (lo < hi) {
+        for (int k = 0; k < world_; ++k) srcs[k] = arena_.stage(k, par) + (lo - at) * es;
+        void* d[1] = {dst + (lo - mine.first) * es};
+        reduceInto(type, op, srcs.data(), world_, d, 1, hi - lo, world_);
+      }
+    }
+  }
+  end();
+}
+
+}  // namespace xs::detail

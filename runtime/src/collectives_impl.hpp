@@ -1,0 +1,68 @@
+// collectives_impl.hpp: one rank's collectives engine: the op bookkeeping every collective
+// shares (checked entry, deadline, staging parity) and the algorithms, written against a few
+// primitives: copy into my staging buffer, sync (a barrier round inside the op), reduce from
+// everyone's buffers, and the ring's send/recv.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "arena.hpp"
+#include "context.hpp"
+#include "fifo.hpp"
+#include "xspawn/collectives.hpp"
+
+namespace xs::detail {
+
+class Collectives {
+ public:
+  explicit Collectives(Context& context);
+
+  void allReduce(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
+                 const CollectiveOptions& options);
+  void broadcast(void* data, std::size_t count, DType type, int root, const CollectiveOptions& options);
+  void allGather(const void* in, void* out, std::size_t count, DType type, const CollectiveOptions& options);
+  void reduceScatter(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
+                     const CollectiveOptions& options);
+  void* sharedAlloc(std::size_t bytes);
+  void sharedReset() { heapUsed_ = 0; }
+
+  // The algorithm `auto` picks for an all-reduce of `bytes` (zero-copy eligible or not).
+  Algorithm chooseAllReduce(std::size_t bytes, bool zeroCopy) const;
+
+ private:
+  // Enters the op (checked against the peers: kind, tag, and `detail` = the arguments).
+  void begin(OpKind kind, const CollectiveOptions& options, const std::string& description,
+             std::uint64_t detail);
+  void end() { control_.leaveOp(); }
+  void sync() { control_.sync(deadline_); }
+  // Staging buffers alternate between two parities, one use after another. A rank writes a
+  // parity again only after the next use's sync, which every rank reaches only after it has
+  // finished reading this use: so no rank overwrites what a slower one still reads.
+  int nextParity() { return static_cast<int>(stageUses_++ & 1); }
+  // Is [p, p+bytes) in this rank's region of the shared heap? Sets its offset there.
+  bool inHeap(const void* p, std::size_t bytes, std::uint64_t* offset) const;
+
+  void allReduceSliced(const std::byte* in, std::byte* out, std::size_t count, DType type,
+                       ReduceOp op, int slicers);
+  void allReduceOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
+  void allReduceZeroCopy(std::uint64_t offset, std::size_t count, DType type, ReduceOp op);
+  void allReduceRing(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
+  void ringStep(std::byte* data, std::size_t elem, std::size_t sendFirst, std::size_t sendCount,
+                std::size_t recvFirst, std::size_t recvCount, DType type, ReduceOp op, bool reduce);
+
+  Context& context_;
+  ControlPlane& control_;
+  Arena arena_;
+  RingLink ring_;
+  int rank_;
+  int world_;
+  std::uint64_t stageUses_ = 0;
+  std::size_t heapUsed_ = 0;
+  Clock::time_point deadline_{};
+};
+
+// This process's collectives engine (created on first use).
+Collectives& collectives();
+
+}  // namespace xs::detail

@@ -1,0 +1,35 @@
+// fifo.hpp: the ring transport: a bounded single-producer single-consumer FIFO of fixed slots
+// from each rank to its right neighbour, streamed with monotonic 64-bit positions. The ring
+// all-reduce is written against two primitives: send (into the right neighbour's FIFO) and
+// recv (from our own), as NCCL's collectives are written against send/recvReduceSend.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "arena.hpp"
+#include "control.hpp"
+
+namespace xs::detail {
+
+class RingLink {
+ public:
+  RingLink(Segment& segment, ControlPlane& control);
+
+  std::size_t slotBytes() const { return arena_.ringSlotBytes(); }
+  // Copies `bytes` (<= slotBytes) into the next slot of the right neighbour's FIFO, waiting
+  // while all its slots are full.
+  void send(const void* data, std::size_t bytes, Clock::time_point deadline);
+  // Waits for the next slot of our FIFO, hands its bytes to `consume`, then frees the slot.
+  void recv(const std::function<void(const std::byte* data, std::size_t bytes)>& consume,
+            Clock::time_point deadline);
+
+ private:
+  Segment& segment_;
+  ControlPlane& control_;
+  Arena arena_;
+  int left_;
+  int right_;
+};
+
+}  // namespace xs::detail
