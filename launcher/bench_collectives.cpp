@@ -225,23 +225,6 @@ std::string formatBytes(std::size_t b) {
 
 }  // namespace
 
-std::size_t parseBytes(const std::string& text, const std::string& option) {
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (...) {
-    used = 0;
-  }
-  std::string unit = used ? text.substr(used) : "";
-  double mult = unit.empty() || unit == "B" ? 1 : unit == "K" || unit == "KiB" ? 1024.0
-                : unit == "M" || unit == "MiB" ? 1048576.0 : unit == "G" || unit == "GiB" ? 1073741824.0 : -1;
-  if (!used || mult < 0 || v < 0) {
-    XS_THROW(UsageError, fmt::format("{} must be a size such as 4096, 64K, 256M or 1G (got '{}')", option, text));
-  }
-  return static_cast<std::size_t>(v * mult);
-}
-
 int benchCollective(const Invocation& inv, const std::string& op, const std::vector<std::string>& args) {
   po::options_description desc("bench " + op + " options");
   desc.add_options()

@@ -1,4 +1,4 @@
-// bench_collectives.hpp: the collectives benchmark command and the size parser it shares.
+// bench_collectives.hpp: the collectives benchmark command.
 #pragma once
 
 #include <string>
@@ -9,7 +9,5 @@
 namespace xs::cli {
 
 int benchCollective(const Invocation& inv, const std::string& op, const std::vector<std::string>& args);
-// "4096", "64K", "256M", "1G" -> bytes; UsageError naming `option` otherwise.
-std::size_t parseBytes(const std::string& text, const std::string& option);
 
 }  // namespace xs::cli

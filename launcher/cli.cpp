@@ -30,6 +30,8 @@ po::options_description launcherOptions() {
     ("job-id", po::value<std::string>(), "name of the job (default: generated); names its shared memory")
     ("kill-grace", po::value<std::string>()->default_value("10"), "seconds between SIGTERM and SIGKILL when stopping workers")
     ("wait", po::value<std::string>()->default_value("hybrid"), "how waits wait: hybrid (spin, then sleep), spin, futex")
+    ("shared-heap", po::value<std::string>()->default_value("0"), "shared memory per rank for zero-copy tensors (xs::shared_alloc), e.g. 64M")
+    ("stage-size", po::value<std::string>()->default_value("2M"), "collectives' staging buffer per rank (two of them)")
     ("help,h", "show this help")
     ("version", "show the version");
   return d;
@@ -68,6 +70,26 @@ std::chrono::milliseconds parseSeconds(const std::string& name, const std::strin
 }
 
 }  // namespace
+
+std::size_t parseBytes(const std::string& text, const std::string& option) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  const std::string unit = used ? text.substr(used) : "";
+  double mult = -1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KiB") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB") mult = 1048576.0;
+  else if (unit == "G" || unit == "GiB") mult = 1073741824.0;
+  if (!used || mult < 0 || !(v >= 0) || v * mult > 1e15) {
+    bad(fmt::format("{} must be a size such as 4096, 64K, 256M or 1G (got '{}')", option, text));
+  }
+  return static_cast<std::size_t>(v * mult);
+}
 
 std::string launcherHelp() {
   std::ostringstream out;
@@ -162,6 +184,9 @@ Invocation parseLauncher(int argc, char** argv) {
   o.killGrace = parseSeconds("kill-grace", vm["kill-grace"].as<std::string>());
   if (vm.count("log-dir")) o.logDir = vm["log-dir"].as<std::string>();
   if (vm.count("job-id")) o.jobId = vm["job-id"].as<std::string>();
+  o.sharedHeapBytes = parseBytes(vm["shared-heap"].as<std::string>(), "--shared-heap");
+  o.stageBytes = parseBytes(vm["stage-size"].as<std::string>(), "--stage-size");
+  if (o.stageBytes < 4096) bad("--stage-size must be at least 4K");
   o.tagOutput = vm.count("tag-output") > 0;
   o.quiet = vm.count("quiet") > 0;
   return inv;

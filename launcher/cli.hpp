@@ -21,6 +21,8 @@ struct Invocation {
 
 // Parses argv; throws UsageError (one line: what, where, how to fix) on bad input.
 Invocation parseLauncher(int argc, char** argv);
+// "4096", "64K", "256M", "1G" -> bytes; UsageError naming `option` otherwise.
+std::size_t parseBytes(const std::string& text, const std::string& option);
 // The launcher's --help text.
 std::string launcherHelp();
 

@@ -1,6 +1,7 @@
 // commands.cpp: hello, run, train, clean, and the dispatch of every command.
 #include "commands.hpp"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "command_args.hpp"
 #include "xspawn/xspawn.hpp"
@@ -103,6 +105,37 @@ int runProgramCommand(const Invocation& inv) {
   return run(o).exitCode;
 }
 
+namespace {
+
+// Runs argv in a child, its stderr passed through, its stdout returned; sets *status.
+std::string captureOutput(const std::vector<std::string>& argv, int* status) {
+  int fds[2];
+  if (::pipe(fds) != 0) XS_THROW(SystemError, "pipe failed");
+  std::fflush(stdout);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return out;
+}
+
+}  // namespace
+
 int trainCommand(const Invocation& inv) {
   std::string trainer = siblingProgram("xspawn-train");
   if (trainer.empty()) {
@@ -111,9 +144,32 @@ int trainCommand(const Invocation& inv) {
                  "program next to xspawn, and this build does not include it\n");
     return 1;
   }
+  std::vector<std::string> argv{trainer};
+  argv.insert(argv.end(), inv.args.begin(), inv.args.end());
+  for (const std::string& a : inv.args) {
+    if (a == "--help" || a == "-h") {
+      int status = 0;
+      std::fputs(captureOutput(argv, &status).c_str(), stdout);
+      return status;
+    }
+  }
+  // Plan once, in one process, before any worker starts: a bad option or a missing dataset is
+  // one error line and exit status 2, not N copies of it; and the plan says how much shared
+  // heap the gradients need for the zero-copy all-reduce.
+  std::vector<std::string> plan{trainer, "--plan"};
+  plan.insert(plan.end(), inv.args.begin(), inv.args.end());
+  int status = 0;
+  std::string out = captureOutput(plan, &status);
+  if (status != 0) return status;
   SpawnOptions o = inv.spawn;
-  o.program = {trainer};
-  o.program.insert(o.program.end(), inv.args.begin(), inv.args.end());
+  try {
+    auto j = nlohmann::json::parse(out);
+    o.sharedHeapBytes = std::max<std::size_t>(o.sharedHeapBytes, j.value("shared_heap_bytes", std::size_t{0}));
+  } catch (const std::exception& e) {
+    XS_THROW(SystemError, fmt::format("xspawn-train --plan printed no plan ({}): '{}'", e.what(), out));
+  }
+  o.program = argv;
+  if (::isatty(STDOUT_FILENO)) o.extraEnv.push_back("XSPAWN_TTY=1");
   return run(o).exitCode;
 }
 

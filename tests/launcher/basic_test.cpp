@@ -64,6 +64,17 @@ TEST_F(LauncherTest, RendezvousPayloadsOfManyChunksArriveIntact) {
   expectClean(job);
 }
 
+TEST_F(LauncherTest, SharedHeapGivesZeroCopyBuffers) {
+  Job job = runJob({"--nprocs", "3", "--shared-heap", "1M"}, {"run", "--", worker(), "shared"});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.err << job.run.out;
+  EXPECT_EQ(linesWith(job.run.out, "shared ok").size(), 3u);
+  Job small = runJob({"--nprocs", "2", "--shared-heap", "64K"}, {"run", "--", worker(), "shared"});
+  EXPECT_NE(small.run.exitCode, 0);
+  EXPECT_NE(small.run.err.find("does not fit the shared heap"), std::string::npos) << small.run.err;
+  expectClean(job);
+  expectClean(small);
+}
+
 TEST_F(LauncherTest, BindToCorePinsWorkerIToCoreIModCores) {
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   Job job = runJob({"--nprocs", "4", "--bind-to", "core"}, {"run", "--", worker(), "env"});
@@ -150,6 +161,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{"TimeoutNotANumber", {"--timeout", "soon", "hello"}, "--timeout must be a positive number of seconds"},
         BadArgs{"BadStartMethod", {"--start-method", "spawn", "hello"}, "--start-method must be fork or exec"},
         BadArgs{"BadBindTo", {"--bind-to", "socket", "hello"}, "--bind-to must be none or core"},
+        BadArgs{"BadSharedHeap", {"--shared-heap", "lots", "hello"}, "--shared-heap must be a size"},
         BadArgs{"BadJobId", {"--job-id", "a/b", "hello"}, "--job-id 'a/b' is not valid"},
         BadArgs{"BadCommandOption", {"hello", "--seed", "x"}, "hello:"},
         BadArgs{"RunWithoutProgram", {"run"}, "run: no program given"},

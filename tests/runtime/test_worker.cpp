@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "xspawn/collectives.hpp"
 #include "xspawn/xspawn.hpp"
 
 namespace {
@@ -129,6 +130,18 @@ int main(int argc, char** argv) {
         if (all[r][i] != static_cast<char>((i * 31 + r) & 0xff)) return 6;
     }
     std::printf("payload ok\n");
+    return 0;
+  }
+  if (mode == "shared") {
+    // Gradients in the shared heap: all-reduced in place with no copy in or out.
+    auto grads = xs::shared_alloc<float>(100000);
+    for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(rank + i % 7);
+    xs::all_reduce(grads, xs::ReduceOp::kSum);
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      float want = static_cast<float>(world * (world - 1) / 2 + world * static_cast<int>(i % 7));
+      if (grads[i] != want) return 7;
+    }
+    std::printf("shared ok\n");
     return 0;
   }
   std::fprintf(stderr, "test_worker: unknown mode '%s'\n", mode.c_str());
