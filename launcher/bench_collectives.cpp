@@ -350,7 +350,7 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
       return 0;
     }
     double peerBus = b / it->second.medianUs / 1e3 * busFactor;
-    bw = fmt::format("{:.2f}", peerBus);
+    bw = fmt::format("{:.3g}", peerBus);
     ratio = fmt::format("{:.2f}", ours / peerBus);
     return peerBus;
   };
