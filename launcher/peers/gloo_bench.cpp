@@ -81,13 +81,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int world = std::atoi(argv[1]);
-  xs::bench::SweepConfig c;
-  c.op = argv[2];
-  c.minBytes = std::strtoull(argv[3], nullptr, 10);
-  c.maxBytes = std::strtoull(argv[4], nullptr, 10);
-  c.factor = std::atoi(argv[5]);
-  c.iters = std::atoi(argv[6]);
-  c.warmup = std::atoi(argv[7]);
+  const xs::bench::SweepConfig c = xs::bench::sweepFromArgs(argv, 2);
   if (c.op == "reducescatter") {
     std::fprintf(stderr, "xspawn-bench-gloo: Gloo has no reduce-scatter for this comparison\n");
     return 3;

@@ -16,14 +16,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   xs::bench::SweepConfig c;
-  if (argc >= 7) {
-    c.op = argv[1];
-    c.minBytes = std::strtoull(argv[2], nullptr, 10);
-    c.maxBytes = std::strtoull(argv[3], nullptr, 10);
-    c.factor = std::atoi(argv[4]);
-    c.iters = std::atoi(argv[5]);
-    c.warmup = std::atoi(argv[6]);
-  }
+  if (argc >= 7) c = xs::bench::sweepFromArgs(argv, 1);
   for (std::size_t bytes : xs::bench::sweepSizes(c)) {
     const std::size_t count = bytes / sizeof(float);
     const int rot = xs::bench::rotation(c, bytes);

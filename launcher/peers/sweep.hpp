@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,18 @@ struct SweepConfig {
   int warmup = 3;
   std::size_t rotateBytes = 256u << 20;  // buffers cycled through per size, in total
 };
+
+// Reads "OP MIN MAX FACTOR ITERS WARMUP" from argv[first..first+5], as the bench passes them.
+inline SweepConfig sweepFromArgs(char** argv, int first) {
+  SweepConfig c;
+  c.op = argv[first];
+  c.minBytes = std::strtoull(argv[first + 1], nullptr, 10);
+  c.maxBytes = std::strtoull(argv[first + 2], nullptr, 10);
+  c.factor = std::atoi(argv[first + 3]);
+  c.iters = std::atoi(argv[first + 4]);
+  c.warmup = std::atoi(argv[first + 5]);
+  return c;
+}
 
 inline std::vector<std::size_t> sweepSizes(const SweepConfig& c) {
   std::vector<std::size_t> sizes;

@@ -67,16 +67,23 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
   end();
 }
 
+void Collectives::stageChunks(const std::byte* in, std::size_t count, std::size_t es,
+                              const std::function<void(std::size_t at, std::size_t n, int parity)>& body) {
+  const std::size_t perChunk = arena_.stageBytes() / es;
+  for (std::size_t at = 0; at < count; at += perChunk) {
+    const std::size_t n = std::min(perChunk, count - at);
+    const int parity = nextParity();
+    std::memcpy(arena_.stage(rank_, parity), in + at * es, n * es);
+    sync();  // every rank's chunk is in its staging buffer
+    body(at, n, parity);
+  }
+}
+
 void Collectives::allReduceSliced(const std::byte* in, std::byte* out, std::size_t count, DType type,
                                   ReduceOp op, int slicers) {
   const std::size_t es = dtypeSize(type);
-  const std::size_t perChunk = arena_.stageBytes() / es;
   std::vector<const void*> srcs(world_);
-  for (std::size_t at = 0; at < count; at += perChunk) {
-    const std::size_t n = std::min(perChunk, count - at);
-    const int par = nextParity();
-    std::memcpy(arena_.stage(rank_, par), in + at * es, n * es);
-    sync();
+  stageChunks(in, count, es, [&](std::size_t at, std::size_t n, int par) {
     // The first `slicers` ranks each reduce one slice of the chunk from every staging buffer
     // (rank order) into their own; nobody else reads that slice of theirs in this phase.
     if (rank_ < slicers) {
@@ -85,28 +92,23 @@ void Collectives::allReduceSliced(const std::byte* in, std::byte* out, std::size
       void* d[1] = {arena_.stage(rank_, par) + s.first * es};
       reduceInto(type, op, srcs.data(), world_, d, 1, s.size, world_);
     }
-    sync();
+    sync();  // every slice is reduced
     for (int j = 0; j < slicers; ++j) {
       const Slice s = slice_of(n, j, slicers);
       std::memcpy(out + (at + s.first) * es, arena_.stage(j, par) + s.first * es, s.size * es);
     }
-  }
+  });
 }
 
 void Collectives::allReduceOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type,
                                    ReduceOp op) {
   const std::size_t es = dtypeSize(type);
-  const std::size_t perChunk = arena_.stageBytes() / es;
   std::vector<const void*> srcs(world_);
-  for (std::size_t at = 0; at < count; at += perChunk) {
-    const std::size_t n = std::min(perChunk, count - at);
-    const int par = nextParity();
-    std::memcpy(arena_.stage(rank_, par), in + at * es, n * es);
-    sync();
+  stageChunks(in, count, es, [&](std::size_t at, std::size_t n, int par) {
     for (int k = 0; k < world_; ++k) srcs[k] = arena_.stage(k, par);
     void* d[1] = {out + at * es};
     reduceInto(type, op, srcs.data(), world_, d, 1, n, world_);
-  }
+  });
 }
 
 void Collectives::allReduceZeroCopy(std::uint64_t offset, std::size_t count, DType type, ReduceOp op) {

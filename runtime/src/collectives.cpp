@@ -206,21 +206,16 @@ void Collectives::reduceScatter(const void* in, void* out, std::size_t count, DT
   if (world_ == 1) {
     if (count) scaleCopy(type, src, dst, count, 1);
   } else {
-    const std::size_t perRound = arena_.stageBytes() / es;
     std::vector<const void*> srcs(world_);
-    for (std::size_t at = 0; at < count; at += perRound) {
-      const std::size_t n = std::min(perRound, count - at);
-      const int par = nextParity();
-      std::memcpy(arena_.stage(rank_, par), src + at * es, n * es);
-      sync();
-      // The part of my slice inside this round's [at, at + n).
+    stageChunks(src, count, es, [&](std::size_t at, std::size_t n, int par) {
+      // The part of my slice inside this chunk's [at, at + n).
       const std::size_t lo = std::max(at, mine.first), hi = std::min(at + n, mine.first + mine.size);
       if (lo < hi) {
         for (int k = 0; k < world_; ++k) srcs[k] = arena_.stage(k, par) + (lo - at) * es;
         void* d[1] = {dst + (lo - mine.first) * es};
         reduceInto(type, op, srcs.data(), world_, d, 1, hi - lo, world_);
       }
-    }
+    });
   }
   end();
 }

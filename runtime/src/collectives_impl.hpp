@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "arena.hpp"
@@ -43,6 +44,10 @@ class Collectives {
   // Is [p, p+bytes) in this rank's region of the shared heap? Sets its offset there.
   bool inHeap(const void* p, std::size_t bytes, std::uint64_t* offset) const;
 
+  // Streams `count` elements of `in` through the staging buffers, one chunk per use: copies
+  // the chunk into this rank's buffer (next parity), syncs, then runs body(at, n, parity).
+  void stageChunks(const std::byte* in, std::size_t count, std::size_t es,
+                   const std::function<void(std::size_t at, std::size_t n, int parity)>& body);
   void allReduceSliced(const std::byte* in, std::byte* out, std::size_t count, DType type,
                        ReduceOp op, int slicers);
   void allReduceOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
