@@ -26,6 +26,13 @@ constexpr std::size_t kOneShotMaxBytes = 32 * 1024;
 
 }  // namespace
 
+std::size_t Collectives::chunkElements(std::size_t es) const {
+  // One staging buffer per chunk. Smaller chunks that stay in cache between copy-in and
+  // copy-out were measured slower on a loaded machine (every extra sync waits for the
+  // slowest rank); --stage-size tunes it.
+  return std::max<std::size_t>(arena_.stageBytes() / es, 1);
+}
+
 Algorithm Collectives::chooseAllReduce(std::size_t bytes, bool zeroCopy) const {
   if (bytes <= kOneShotMaxBytes && !zeroCopy) return Algorithm::kOneShot;
   return Algorithm::kTwoShot;
@@ -47,8 +54,9 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
                                (static_cast<std::uint64_t>(options.psServers) << 52) ^
                                (useZeroCopy ? (offset + 1) * 0x100000001b3ULL : 0);
   begin(OpKind::kAllReduce, options,
-        fmt::format("{} {}[{}] {}{}", reduceOpName(op), dtypeName(type), count, algorithmName(algo),
-                    useZeroCopy ? " zero-copy" : ""),
+        Description("{} {}[{}] {}{}", reduceOpName(op), dtypeName(type), count, algorithmName(algo),
+                    useZeroCopy ? " zero-copy" : "")
+            .view(),
         detail);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
@@ -69,7 +77,7 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
 
 void Collectives::stageChunks(const std::byte* in, std::size_t count, std::size_t es,
                               const std::function<void(std::size_t at, std::size_t n, int parity)>& body) {
-  const std::size_t perChunk = arena_.stageBytes() / es;
+  const std::size_t perChunk = chunkElements(es);
   for (std::size_t at = 0; at < count; at += perChunk) {
     const std::size_t n = std::min(perChunk, count - at);
     const int parity = nextParity();

@@ -90,6 +90,8 @@ void shared_reset() { detail::collectives().sharedReset(); }
 
 namespace xs::detail {
 
+std::string_view Description::view() const { return {text, size}; }
+
 Collectives& collectives() {
   Context& c = requireContext("collectives");
   if (!c.collectives) c.collectives = std::make_unique<Collectives>(c);
@@ -104,12 +106,16 @@ Collectives::Collectives(Context& context)
       rank_(context.control->rank()),
       world_(context.control->worldSize()) {}
 
-void Collectives::begin(OpKind kind, const CollectiveOptions& options, const std::string& description,
+void Collectives::begin(OpKind kind, const CollectiveOptions& options, std::string_view description,
                         std::uint64_t detail) {
-  // The user's tag and the arguments both show, so that a mismatch of either is visible.
-  std::string tag = options.tag.empty() ? description : options.tag + ": " + description;
-  if (tag.size() >= kTagBytes) tag.resize(kTagBytes - 1);
-  control_.enterOp(kind, tag, detail);
+  if (options.tag.empty()) {
+    control_.enterOp(kind, description.substr(0, kTagBytes - 1), detail);
+  } else {
+    // The user's tag and the arguments both show, so that a mismatch of either is visible.
+    std::string tag = options.tag + ": " + std::string(description);
+    if (tag.size() >= kTagBytes) tag.resize(kTagBytes - 1);
+    control_.enterOp(kind, tag, detail);
+  }
   deadline_ = Clock::now() + (options.timeout.count() > 0 ? options.timeout : control_.timeout());
 }
 
@@ -141,7 +147,7 @@ void Collectives::broadcast(void* data, std::size_t count, DType type, int root,
   const std::size_t es = dtypeSize(type), bytes = count * es;
   std::uint64_t offset = 0;
   const bool zeroCopy = bytes > 0 && inHeap(data, bytes, &offset);
-  begin(OpKind::kBroadcast, options, fmt::format("{}[{}] from {}", dtypeName(type), count, root),
+  begin(OpKind::kBroadcast, options, Description("{}[{}] from {}", dtypeName(type), count, root).view(),
         (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ (static_cast<std::uint64_t>(root) << 40) ^
             (zeroCopy ? offset + 1 : 0) * 31);
   auto* d = static_cast<std::byte*>(data);
@@ -151,8 +157,9 @@ void Collectives::broadcast(void* data, std::size_t count, DType type, int root,
     if (rank_ != root) std::memcpy(d, arena_.heap(root) + offset, bytes);
     sync();
   } else if (world_ > 1) {
-    for (std::size_t at = 0; at < bytes; at += arena_.stageBytes()) {
-      const std::size_t n = std::min(arena_.stageBytes(), bytes - at);
+    const std::size_t chunk = chunkElements(1);
+    for (std::size_t at = 0; at < bytes; at += chunk) {
+      const std::size_t n = std::min(chunk, bytes - at);
       const int par = nextParity();
       if (rank_ == root) std::memcpy(arena_.stage(root, par), d + at, n);
       sync();
@@ -165,7 +172,7 @@ void Collectives::broadcast(void* data, std::size_t count, DType type, int root,
 void Collectives::allGather(const void* in, void* out, std::size_t count, DType type,
                             const CollectiveOptions& options) {
   const std::size_t es = dtypeSize(type);
-  begin(OpKind::kAllGather, options, fmt::format("{}[{}]", dtypeName(type), count),
+  begin(OpKind::kAllGather, options, Description("{}[{}]", dtypeName(type), count).view(),
         (count << 8) ^ static_cast<std::uint64_t>(type));
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
@@ -175,7 +182,7 @@ void Collectives::allGather(const void* in, void* out, std::size_t count, DType 
   } else {
     // Rounds of at most one staging buffer per rank; the largest slice (rank 0's) decides
     // how many, the same on every rank.
-    const std::size_t perRound = arena_.stageBytes() / es;
+    const std::size_t perRound = chunkElements(es);
     const std::size_t largest = slice_of(count, 0, world_).size;
     for (std::size_t at = 0; at < largest; at += perRound) {
       const int par = nextParity();
@@ -198,7 +205,7 @@ void Collectives::reduceScatter(const void* in, void* out, std::size_t count, DT
                                 const CollectiveOptions& options) {
   const std::size_t es = dtypeSize(type);
   begin(OpKind::kReduceScatter, options,
-        fmt::format("{} {}[{}]", reduceOpName(op), dtypeName(type), count),
+        Description("{} {}[{}]", reduceOpName(op), dtypeName(type), count).view(),
         (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ static_cast<std::uint64_t>(op));
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);

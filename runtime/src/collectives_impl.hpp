@@ -7,6 +7,9 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include "arena.hpp"
 #include "context.hpp"
@@ -14,6 +17,19 @@
 #include "xspawn/collectives.hpp"
 
 namespace xs::detail {
+
+// An op's description ("sum float[1000] two-shot"), formatted without touching the heap:
+// collectives run in the hot loop of training.
+struct Description {
+  template <class... Args>
+  explicit Description(fmt::format_string<Args...> format, Args&&... args) {
+    size = fmt::format_to_n(text, sizeof text - 1, format, std::forward<Args>(args)...).size;
+    if (size > sizeof text - 1) size = sizeof text - 1;
+  }
+  std::string_view view() const;
+  char text[kTagBytes];
+  std::size_t size = 0;
+};
 
 class Collectives {
  public:
@@ -33,8 +49,10 @@ class Collectives {
 
  private:
   // Enters the op (checked against the peers: kind, tag, and `detail` = the arguments).
-  void begin(OpKind kind, const CollectiveOptions& options, const std::string& description,
+  void begin(OpKind kind, const CollectiveOptions& options, std::string_view description,
              std::uint64_t detail);
+  // Elements per staged chunk.
+  std::size_t chunkElements(std::size_t es) const;
   void end() { control_.leaveOp(); }
   void sync() { control_.sync(deadline_); }
   // Staging buffers alternate between two parities, one use after another. A rank writes a

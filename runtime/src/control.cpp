@@ -48,15 +48,16 @@ std::string OpSnapshot::describe() const {
   return fmt::format("{} '{}'#{}", opKindName(kind), tag, seq);
 }
 
-OpSnapshot ControlPlane::snapshot(const RankSlot& slot) {
+OpSnapshot ControlPlane::snapshot(const RankSlot& slot, bool withTag) {
   OpSnapshot s;
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    // Seqlock read: seq (acquire), fields, fence, seq again; equal and non-zero = consistent.
+    // Seqlock read: seq (acquire), fields, fence, seq again; equal and not "writing" means the
+    // fields belong to that seq.
     std::uint64_t before = slot.opSeq.load(std::memory_order_acquire);
     s.hash = slot.opHash.load(std::memory_order_relaxed);
     s.state = static_cast<OpState>(slot.opState.load(std::memory_order_relaxed));
     s.kind = static_cast<OpKind>(slot.opKind.load(std::memory_order_relaxed));
-    s.tag = slot.opTag.load();
+    if (withTag) s.tag = slot.opTag.load();
     std::atomic_thread_fence(std::memory_order_acquire);
     std::uint64_t after = slot.opSeq.load(std::memory_order_relaxed);
     if (before == after && before != kSeqWriting) {
@@ -88,7 +89,8 @@ std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag, std::uint
   // different op, so mismatched arguments are caught like mismatched tags.
   hash_ = hashOp(kind, tag) ^ (detail * 0x9e3779b97f4a7c15ULL);
   if (hash_ == 0) hash_ = 1;
-  tag_ = std::string(tag);
+  const bool sameTag = tag == tag_;
+  if (!sameTag) tag_ = std::string(tag);
   RankSlot& me = segment_.slot(rank_);
   // Seqlock write: mark "writing" first so a reader never pairs the old seq with new fields.
   me.opSeq.store(kSeqWriting, std::memory_order_relaxed);
@@ -96,7 +98,7 @@ std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag, std::uint
   me.opHash.store(hash_, std::memory_order_relaxed);
   me.opKind.store(static_cast<std::uint32_t>(kind), std::memory_order_relaxed);
   me.opState.store(static_cast<std::uint32_t>(OpState::kWaiting), std::memory_order_relaxed);
-  me.opTag.store(tag);
+  if (!sameTag) me.opTag.store(tag);  // a loop repeating one op rewrites no text
   // seq_cst publish + the seq_cst reads in checkDivergence: of two ranks entering the same
   // sequence number with different tags at the same moment, at least one sees the other
   // (store-load ordering). The last arrival's full check catches everything else.
@@ -199,7 +201,7 @@ std::string ControlPlane::describeRanks(const Segment& segment) {
 void ControlPlane::checkDivergence(std::uint64_t seq, std::uint64_t hash, bool allArrived) {
   for (int r = 0; r < world_; ++r) {
     if (r == rank_) continue;
-    OpSnapshot peer = snapshot(segment_.slot(r));
+    OpSnapshot peer = snapshot(segment_.slot(r), false);
     bool mismatch = peer.seq == seq && peer.hash != hash;
     // When all have arrived, every peer must be at exactly this op.
     if (allArrived && peer.seq != seq) mismatch = true;
@@ -224,7 +226,7 @@ void ControlPlane::awaitStragglers(std::uint64_t seq) {
       const RankSlot& slot = segment_.slot(r);
       auto state = static_cast<RankState>(slot.state.load(std::memory_order_acquire));
       if (state == RankState::kExited || state == RankState::kFailed) continue;
-      all = snapshot(slot).seq >= seq;
+      all = snapshot(slot, false).seq >= seq;
     }
     if (all) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -250,7 +252,7 @@ void ControlPlane::checkWhileWaiting(Clock::time_point deadline, std::span<const
     const RankSlot& slot = segment_.slot(r);
     auto state = static_cast<RankState>(slot.state.load(std::memory_order_acquire));
     if (state != RankState::kExited && state != RankState::kFailed) return;
-    OpSnapshot peer = snapshot(slot);
+    OpSnapshot peer = snapshot(slot, false);
     if (peer.seq >= seq_ && peer.hash == hash_) return;  // it got here before it left
     std::string text = fmt::format("rank {} exited before reaching '{}'#{}: {}", r, tag_, seq_,
                                    describeRanks(segment_));

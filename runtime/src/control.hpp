@@ -66,7 +66,8 @@ class ControlPlane {
   static void wakeSleepers(Segment& segment);
   // "rank 3 at 'save'#12; ranks 0-2,4-7 at 'epoch_end'#12" from the slots as they are now.
   static std::string describeRanks(const Segment& segment);
-  static OpSnapshot snapshot(const RankSlot& slot);
+  // The rank's op; without the tag text when only seq and hash matter (the hot path).
+  static OpSnapshot snapshot(const RankSlot& slot, bool withTag = true);
 
  private:
   void barrierRound(std::uint64_t seq, std::uint64_t hash, Clock::time_point deadline);
