@@ -21,8 +21,10 @@ namespace xs::detail {
 namespace {
 
 // Up to this many bytes `auto` takes one-shot (one sync, N-fold reads); above, two-shot.
-// Measured with `xspawn bench allreduce` (docs/collectives.md).
-constexpr std::size_t kOneShotMaxBytes = 32 * 1024;
+// Measured with `xspawn bench allreduce --algo one-shot|two-shot` on 2 cores
+// (docs/benchmarks.md): the cross-over is near 32 KiB up to 4 ranks, 16 KiB beyond, as
+// one-shot's reads grow with N.
+std::size_t oneShotMaxBytes(int world) { return world <= 4 ? 32 * 1024 : 16 * 1024; }
 
 }  // namespace
 
@@ -34,7 +36,7 @@ std::size_t Collectives::chunkElements(std::size_t es) const {
 }
 
 Algorithm Collectives::chooseAllReduce(std::size_t bytes, bool zeroCopy) const {
-  if (bytes <= kOneShotMaxBytes && !zeroCopy) return Algorithm::kOneShot;
+  if (bytes <= oneShotMaxBytes(world_) && !zeroCopy) return Algorithm::kOneShot;
   return Algorithm::kTwoShot;
 }
 
