@@ -1,0 +1,20 @@
+// file_bytes.h: reads a whole file into memory, gunzipping it when it is gzip (raw files pass
+// through unchanged), with errors that name the file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+namespace xs::data::detail {
+
+// Decompressed content of `path` (gzip or raw). Throws FileNotFoundError or FormatError.
+std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path);
+
+// Big-endian 32-bit unsigned integer at p.
+inline std::uint32_t readBigEndian32(const std::uint8_t* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
+}  // namespace xs::data::detail

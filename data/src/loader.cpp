@@ -1,0 +1,209 @@
+// loader.cpp: ParallelLoader. Threads claim batch numbers in order (at most `prefetch` ahead of
+// the consumer), build them independently, and park them in a map the consumer drains in order.
+#include "xspawn/data/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "xspawn/data/error.h"
+
+namespace xs::data {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+ParallelLoader::ParallelLoader(const Dataset& dataset, Transform transform,
+                               DistributedSampler sampler, LoaderConfig config)
+    : dataset_(dataset),
+      transform_(std::move(transform)),
+      sampler_(std::move(sampler)),
+      config_(std::move(config)) {
+  if (config_.batchSize < 1 || config_.numThreads < 1 || config_.prefetch < 1) {
+    XS_DATA_THROW(ConfigError, "loader: batch size (" + std::to_string(config_.batchSize) +
+                                   "), threads (" + std::to_string(config_.numThreads) +
+                                   ") and prefetch (" + std::to_string(config_.prefetch) +
+                                   ") must all be >= 1");
+  }
+  if (sampler_.config().datasetSize != dataset_.size()) {
+    XS_DATA_THROW(ConfigError, "loader: the sampler covers " +
+                                   std::to_string(sampler_.config().datasetSize) +
+                                   " samples but dataset '" + dataset_.name + "' holds " +
+                                   std::to_string(dataset_.size()));
+  }
+  if (transform_.inChannels() != dataset_.channels || transform_.inHeight() != dataset_.height ||
+      transform_.inWidth() != dataset_.width) {
+    XS_DATA_THROW(ConfigError, "loader: the transform expects " +
+                                   std::to_string(transform_.inChannels()) + "x" +
+                                   std::to_string(transform_.inHeight()) + "x" +
+                                   std::to_string(transform_.inWidth()) + " images but dataset '" +
+                                   dataset_.name + "' has " + std::to_string(dataset_.channels) +
+                                   "x" + std::to_string(dataset_.height) + "x" +
+                                   std::to_string(dataset_.width));
+  }
+}
+
+ParallelLoader::~ParallelLoader() { stop(); }
+
+std::int64_t ParallelLoader::batchCount(std::int64_t samples) const {
+  const std::int64_t b = config_.batchSize;
+  return config_.dropLast ? samples / b : (samples + b - 1) / b;
+}
+
+std::int64_t ParallelLoader::batchesPerEpoch() const { return batchCount(sampler_.numSamples()); }
+
+void ParallelLoader::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  workCv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ready_.clear();
+}
+
+void ParallelLoader::restore(const SamplerState& state) {
+  stop();
+  sampler_.restore(state);
+  pendingResume_ = state;
+}
+
+void ParallelLoader::startEpoch(std::int64_t epoch) {
+  stop();
+  if (pendingResume_ && pendingResume_->epoch == epoch) {
+    sampler_.restore(*pendingResume_);
+  } else {
+    sampler_.setEpoch(epoch);
+  }
+  pendingResume_.reset();
+  epoch_ = sampler_.epoch();
+  order_ = sampler_.indices();
+  startPosition_ = sampler_.position();
+  numBatches_ = batchCount(sampler_.numSamples() - startPosition_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    nextToBuild_ = 0;
+    nextToDeliver_ = 0;
+    stopping_ = false;
+  }
+  for (int i = 0; i < config_.numThreads; ++i) threads_.emplace_back([this] { workerLoop(); });
+}
+
+void ParallelLoader::workerLoop() {
+  for (;;) {
+    std::int64_t b = 0;
+    Slot slot;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      workCv_.wait(lock, [this] {
+        return stopping_ || nextToBuild_ >= numBatches_ ||
+               nextToBuild_ < nextToDeliver_ + config_.prefetch;
+      });
+      if (stopping_ || nextToBuild_ >= numBatches_) return;
+      b = nextToBuild_++;
+      if (!spare_.empty()) {
+        slot.batch.images = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
+    double buildSeconds = 0;
+    double transferSeconds = 0;
+    try {
+      const auto t0 = Clock::now();
+      buildBatch(b, slot.batch);
+      buildSeconds = secondsSince(t0);
+      if (config_.transfer && !stopping_) {
+        std::lock_guard<std::mutex> transferLock(transferMutex_);
+        const auto t1 = Clock::now();
+        config_.transfer(slot.batch);
+        transferSeconds = secondsSince(t1);
+      }
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.buildSeconds += buildSeconds;
+      stats_.transferSeconds += transferSeconds;
+      ready_.emplace(b, std::move(slot));
+    }
+    readyCv_.notify_all();
+  }
+}
+
+void ParallelLoader::buildBatch(std::int64_t b, Batch& batch) const {
+  const std::int64_t first = startPosition_ + b * config_.batchSize;
+  const std::int64_t count =
+      std::min<std::int64_t>(config_.batchSize, static_cast<std::int64_t>(order_.size()) - first);
+  batch.epoch = epoch_;
+  batch.index = first / config_.batchSize;
+  batch.size = static_cast<int>(count);
+  batch.channels = transform_.outChannels();
+  batch.height = transform_.outHeight();
+  batch.width = transform_.outWidth();
+  const std::size_t image = transform_.outSize();
+  batch.images.resize(static_cast<std::size_t>(count) * image);
+  batch.labels.resize(static_cast<std::size_t>(count));
+  batch.sampleIndices.resize(static_cast<std::size_t>(count));
+  for (std::int64_t k = 0; k < count && !stopping_; ++k) {
+    const std::int64_t idx = order_[static_cast<std::size_t>(first + k)];
+    SampleRng rng(config_.seed, static_cast<std::uint64_t>(batch.epoch), static_cast<std::uint64_t>(idx));
+    transform_.apply(dataset_.image(idx), batch.images.data() + static_cast<std::size_t>(k) * image, rng);
+    batch.labels[static_cast<std::size_t>(k)] = dataset_.labels[static_cast<std::size_t>(idx)];
+    batch.sampleIndices[static_cast<std::size_t>(k)] = idx;
+  }
+}
+
+std::optional<Batch> ParallelLoader::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (threads_.empty() || nextToDeliver_ >= numBatches_) return std::nullopt;
+  const auto t0 = Clock::now();
+  readyCv_.wait(lock, [this] { return ready_.count(nextToDeliver_) != 0; });
+  stats_.waitSeconds += secondsSince(t0);
+  Slot slot = std::move(ready_.at(nextToDeliver_));
+  ready_.erase(nextToDeliver_);
+  ++nextToDeliver_;
+  // The position moves past this batch even when it failed, so that state() stays aligned.
+  sampler_.restore({epoch_, std::min(sampler_.numSamples(),
+                                     startPosition_ + nextToDeliver_ * config_.batchSize)});
+  if (!slot.error) {
+    stats_.batches += 1;
+    stats_.samples += slot.batch.size;
+  }
+  lock.unlock();
+  workCv_.notify_all();
+  if (slot.error) std::rethrow_exception(slot.error);
+  return std::move(slot.batch);
+}
+
+void ParallelLoader::recycle(Batch&& batch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (spare_.size() < static_cast<std::size_t>(config_.prefetch + config_.numThreads)) {
+    spare_.push_back(std::move(batch.images));
+  }
+}
+
+SamplerState ParallelLoader::state() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sampler_.state();
+}
+
+LoaderStats ParallelLoader::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void ParallelLoader::resetStats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_ = {};
+}
+
+}  // namespace xs::data

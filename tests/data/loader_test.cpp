@@ -1,0 +1,223 @@
+// loader_test.cpp: ParallelLoader ordering and determinism across thread counts, transfer hook,
+// prefetch bound, error propagation, resume from a saved state, and shutdown mid-epoch.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "test_util.h"
+#include "xspawn/data/loader.h"
+#include "xspawn/data/synthetic.h"
+
+namespace xs::data {
+namespace {
+
+Dataset smallDataset(std::int64_t n = 203) {
+  SyntheticConfig c;
+  c.trainCount = n;
+  c.height = 12;
+  c.width = 10;
+  return makeSynthetic(c, Split::kTrain);
+}
+
+Transform augmenting(const Dataset& d) {
+  TransformConfig c;
+  c.crop = 8;
+  c.cropPadding = 2;
+  c.horizontalFlip = true;
+  c.mean = {0.5f};
+  c.std = {0.25f};
+  return Transform(c, d.channels, d.height, d.width);
+}
+
+LoaderConfig config(int threads, int batch = 16, int prefetch = 3) {
+  LoaderConfig c;
+  c.batchSize = batch;
+  c.numThreads = threads;
+  c.prefetch = prefetch;
+  c.seed = 11;
+  return c;
+}
+
+std::vector<Batch> drain(ParallelLoader& loader) {
+  std::vector<Batch> out;
+  while (auto b = loader.next()) out.push_back(std::move(*b));
+  return out;
+}
+
+TEST(Loader, SameBatchesInOrderWithOneOrThreeThreads) {
+  const Dataset d = smallDataset();
+  const SamplerConfig sc{d.size(), 2, 1, true, 5, false};
+  ParallelLoader one(d, augmenting(d), DistributedSampler(sc), config(1));
+  ParallelLoader three(d, augmenting(d), DistributedSampler(sc), config(3));
+  for (std::int64_t epoch : {0, 1}) {
+    one.startEpoch(epoch);
+    three.startEpoch(epoch);
+    const auto a = drain(one);
+    const auto b = drain(three);
+    ASSERT_EQ(a.size(), 7u);  // ceil(ceil(203 / 2) / 16)
+    ASSERT_EQ(a.size(), b.size());
+    std::vector<std::int64_t> seen;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].index, static_cast<std::int64_t>(i));
+      EXPECT_EQ(a[i].epoch, epoch);
+      EXPECT_EQ(a[i].images, b[i].images);
+      EXPECT_EQ(a[i].labels, b[i].labels);
+      EXPECT_EQ(a[i].sampleIndices, b[i].sampleIndices);
+      seen.insert(seen.end(), a[i].sampleIndices.begin(), a[i].sampleIndices.end());
+      for (int k = 0; k < a[i].size; ++k) EXPECT_EQ(a[i].labels[k], d.labels[a[i].sampleIndices[k]]);
+    }
+    EXPECT_EQ(a.back().size, 102 - 6 * 16);
+    EXPECT_EQ(a[0].channels, 1);
+    EXPECT_EQ(a[0].height, 8);
+    EXPECT_EQ(a[0].images.size(), 16u * 8 * 8);
+    DistributedSampler ref(sc);
+    ref.setEpoch(epoch);
+    EXPECT_EQ(seen, ref.indices());
+  }
+}
+
+TEST(Loader, RecycledBuffersGiveTheSameBatches) {
+  const Dataset d = smallDataset();
+  const SamplerConfig sc{d.size(), 1, 0, true, 3, false};
+  ParallelLoader plain(d, augmenting(d), DistributedSampler(sc), config(2, 32));
+  ParallelLoader reusing(d, augmenting(d), DistributedSampler(sc), config(2, 32));
+  for (std::int64_t epoch : {0, 1}) {
+    plain.startEpoch(epoch);
+    reusing.startEpoch(epoch);
+    const auto want = drain(plain);
+    std::size_t i = 0;
+    while (auto b = reusing.next()) {
+      ASSERT_LT(i, want.size());
+      EXPECT_EQ(b->images, want[i].images);
+      EXPECT_EQ(b->images.size(), static_cast<std::size_t>(b->size) * 64);
+      ++i;
+      reusing.recycle(std::move(*b));
+    }
+    EXPECT_EQ(i, want.size());
+  }
+}
+
+TEST(Loader, EpochsDifferAndDropLastDropsTheShortBatch) {
+  const Dataset d = smallDataset();
+  LoaderConfig c = config(2);
+  c.dropLast = true;
+  ParallelLoader loader(d, augmenting(d), DistributedSampler({d.size(), 1, 0, true, 5, false}), c);
+  EXPECT_EQ(loader.batchesPerEpoch(), 12);  // 203 / 16
+  loader.startEpoch(0);
+  const auto e0 = drain(loader);
+  loader.startEpoch(1);
+  const auto e1 = drain(loader);
+  ASSERT_EQ(e0.size(), 12u);
+  ASSERT_EQ(e1.size(), 12u);
+  EXPECT_NE(e0[0].sampleIndices, e1[0].sampleIndices);
+  EXPECT_FALSE(loader.next().has_value());
+}
+
+TEST(Loader, TransferHookRunsInTheBackgroundWithinThePrefetchBound) {
+  const Dataset d = smallDataset();
+  std::atomic<std::int64_t> delivered{0};
+  std::atomic<bool> overrun{false};
+  std::atomic<int> calls{0};
+  const auto consumer = std::this_thread::get_id();
+  LoaderConfig c = config(3, 8, 2);
+  c.transfer = [&](Batch& b) {
+    if (std::this_thread::get_id() == consumer) overrun = true;
+    if (b.index >= delivered + c.prefetch + 1) overrun = true;
+    b.device = static_cast<int>(b.index * 10);
+    ++calls;
+  };
+  ParallelLoader loader(d, augmenting(d), DistributedSampler({d.size(), 1, 0, false, 0, false}), c);
+  loader.startEpoch(0);
+  while (auto b = loader.next()) {
+    ++delivered;
+    ASSERT_EQ(std::any_cast<int>(b->device), b->index * 10);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  EXPECT_EQ(calls.load(), 26);  // ceil(203 / 8)
+  EXPECT_FALSE(overrun.load());
+  EXPECT_EQ(loader.stats().batches, 26);
+  EXPECT_EQ(loader.stats().samples, 203);
+}
+
+TEST(Loader, ReraisesErrorsOfTheBackgroundThreads) {
+  const Dataset d = smallDataset();
+  LoaderConfig c = config(3);
+  c.transfer = [](Batch& b) {
+    if (b.index == 3) throw std::runtime_error("device full at batch 3");
+  };
+  ParallelLoader loader(d, augmenting(d), DistributedSampler({d.size(), 1, 0, true, 0, false}), c);
+  loader.startEpoch(0);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(loader.next().has_value());
+  try {
+    loader.next();
+    FAIL() << "expected the hook's error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "device full at batch 3");
+  }
+  EXPECT_EQ(loader.state().position, 4 * 16);  // the failed batch counts as passed
+  EXPECT_EQ(loader.next()->index, 4);         // the loader keeps going after a failed batch
+  EXPECT_EQ(loader.state().position, 5 * 16);
+}
+
+TEST(Loader, ResumesFromASavedState) {
+  const Dataset d = smallDataset();
+  const SamplerConfig sc{d.size(), 3, 0, true, 8, false};
+  ParallelLoader full(d, augmenting(d), DistributedSampler(sc), config(2));
+  full.startEpoch(2);
+  const auto all = drain(full);
+  ParallelLoader first(d, augmenting(d), DistributedSampler(sc), config(2));
+  first.startEpoch(2);
+  for (int i = 0; i < 3; ++i) first.next();
+  const SamplerState saved = first.state();
+  EXPECT_EQ(saved, (SamplerState{2, 48}));
+  ParallelLoader resumed(d, augmenting(d), DistributedSampler(sc), config(1));
+  resumed.restore(saved);
+  resumed.startEpoch(2);
+  const auto rest = drain(resumed);
+  ASSERT_EQ(rest.size() + 3, all.size());
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    EXPECT_EQ(rest[i].index, all[i + 3].index);
+    EXPECT_EQ(rest[i].images, all[i + 3].images);
+  }
+  resumed.startEpoch(3);  // the next epoch starts from 0 again
+  EXPECT_EQ(resumed.next()->index, 0);
+}
+
+TEST(Loader, ShutsDownCleanlyMidEpochAndCountsWaiting) {
+  const Dataset d = smallDataset(2000);
+  LoaderConfig c = config(3, 8, 4);
+  c.transfer = [](Batch&) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); };
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ParallelLoader loader(d, augmenting(d), DistributedSampler({d.size(), 1, 0, true, 0, false}), c);
+    loader.startEpoch(0);
+    ASSERT_TRUE(loader.next().has_value());
+    ASSERT_TRUE(loader.next().has_value());
+    EXPECT_GT(loader.stats().waitSeconds, 0.0);
+    EXPECT_GT(loader.stats().transferSeconds, 0.0);
+  }  // destroyed with ~250 batches still to go
+  {
+    ParallelLoader idle(d, augmenting(d), DistributedSampler({d.size(), 1, 0, true, 0, false}), c);
+    idle.startEpoch(0);  // destroyed without consuming anything
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 2.0);
+}
+
+TEST(Loader, RejectsBadSettings) {
+  const Dataset d = smallDataset();
+  const DistributedSampler s({d.size(), 1, 0, true, 0, false});
+  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 0)), ConfigError);
+  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(0)), ConfigError);
+  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 16, 0)), ConfigError);
+  EXPECT_THROW(ParallelLoader(d, augmenting(d), DistributedSampler({5, 1, 0, true, 0, false}), config(1)),
+               ConfigError);
+  EXPECT_THROW(ParallelLoader(d, Transform({}, 3, 12, 10), s, config(1)), ConfigError);
+  ParallelLoader notStarted(d, augmenting(d), s, config(1));
+  EXPECT_FALSE(notStarted.next().has_value());
+}
+
+}  // namespace
+}  // namespace xs::data
