@@ -116,7 +116,9 @@ TEST_F(LauncherTest, DefaultNprocsIsTheNumberOfOnlineCores) {
 }
 
 TEST_F(LauncherTest, ExitStatusIsTheFirstFailingRanksCode) {
-  Job job = runJob({"--nprocs", "3"}, {"run", "--", "/bin/sh", "-c", "exit $((XSPAWN_RANK * 2))"});
+  // Rank 1 fails first (code 2); rank 2 fails later (code 4); rank 0 succeeds.
+  Job job = runJob({"--nprocs", "3"}, {"run", "--", "/bin/sh", "-c",
+                                       "[ $XSPAWN_RANK = 2 ] && sleep 0.3; exit $((XSPAWN_RANK * 2))"});
   EXPECT_EQ(job.run.exitCode, 2);
   EXPECT_EQ(job.report["root_cause"]["rank"], 1);
   expectClean(job);
