@@ -1,0 +1,22 @@
+// checkpoint.hpp: saving and loading a model's parameters, running statistics and optimizer
+// state. Format (version 1, little-endian), documented in docs/engine.md:
+//   "XSPWCKPT" | u32 version | u32 header bytes | JSON header | float32 sections | u32 CRC-32
+// The CRC-32 (zlib's) covers every byte before it.
+#pragma once
+
+#include <string>
+
+#include "xspawn/engine/model.hpp"
+#include "xspawn/engine/optim.hpp"
+
+namespace xs::engine {
+
+inline constexpr std::uint32_t kCheckpointVersion = 1;
+
+// Writes atomically (to path + ".tmp", then rename). opt may be null.
+void saveCheckpoint(const std::string& path, Model& model, Optimizer* opt);
+// Restores into a model (and optimizer) built with the same layout; throws CheckpointError on
+// a missing, truncated, corrupt or mismatching file, leaving the model untouched.
+void loadCheckpoint(const std::string& path, Model& model, Optimizer* opt);
+
+}  // namespace xs::engine

@@ -1,0 +1,77 @@
+// layers.hpp: modules wrapping the ops: each owns its output and input-gradient tensors, keeps
+// indices of its parameters in the model's flat stores, and names them PyTorch-style.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xspawn/engine/ops.hpp"
+#include "xspawn/engine/params.hpp"
+#include "xspawn/engine/tensor.hpp"
+
+namespace xs::engine {
+
+// What a forward/backward pass runs with.
+struct Context {
+  Device& dev;
+  ParamStore& params;
+  ParamStore& buffers;  // running statistics
+  bool train = true;
+  std::uint64_t seed = 0;  // dropout masks
+  std::uint64_t step = 0;
+};
+
+// Accumulates the build-time facts of a model.
+struct BuildInfo {
+  ParamStore& params;
+  ParamStore& buffers;
+  double forwardFlops = 0;  // multiply-adds x 2 per sample in GEMM-backed ops
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  // Registers parameters under prefix; in is the per-sample shape [c, h, w] or [f]; returns
+  // the per-sample output shape. needInputGrad false skips dx (the first layer).
+  virtual Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) = 0;
+  virtual const Tensor& forward(const Tensor& x, Context& ctx) = 0;
+  virtual const Tensor& backward(const Tensor& dy, Context& ctx) = 0;
+  void setNeedInputGrad(bool v) { needInputGrad_ = v; }
+
+ protected:
+  Tensor y_, dx_;
+  const Tensor* x_ = nullptr;
+  bool needInputGrad_ = true;
+};
+
+using ModulePtr = std::unique_ptr<Module>;
+
+class Sequential : public Module {
+ public:
+  Sequential& add(std::string name, ModulePtr m);
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override;
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  std::vector<std::pair<std::string, ModulePtr>> children_;
+};
+
+// in == 0: the input size is taken from the shape at build time.
+ModulePtr makeLinear(int in, int out);
+ModulePtr makeConv2d(int in, int out, int k, int stride = 1, int pad = 0, bool bias = true);
+ModulePtr makeMaxPool2d(int k, int stride, int pad = 0);
+ModulePtr makeAvgPool2d(int k, int stride, int pad = 0);
+ModulePtr makeAdaptiveAvgPool2d(int oh, int ow);
+ModulePtr makeRelu();
+ModulePtr makeDropout(float p);
+ModulePtr makeBatchNorm2d(int channels);
+ModulePtr makeFlatten();
+// ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); the shortcut is a
+// strided 1x1 conv ("conv3") when the stride or the channel count changes.
+ModulePtr makeBasicBlock(int in, int out, int stride);
+
+}  // namespace xs::engine

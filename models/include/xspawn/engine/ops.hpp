@@ -1,0 +1,117 @@
+// ops.hpp: the engine's operations, each a forward/backward pair on raw device buffers (NCHW,
+// row-major), with the tensor shapes in comments. Backward passes ACCUMULATE into parameter
+// gradients (dw, db, dgamma, dbeta: +=) and OVERWRITE input gradients (dx: =).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "xspawn/engine/device.hpp"
+
+namespace xs::engine {
+
+// ---- linear: y = x w^T + b -------------------------------------------------------------
+// x [B, I], w [O, I], b [O] (may be null) -> y [B, O]
+void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
+                   int I, int O);
+// dy [B, O] -> dx [B, I] (skipped when null), dw [O, I] +=, db [O] +=
+void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
+                    const float* w, int B, int I, int O);
+
+// ---- conv2d (square stride, symmetric padding, no dilation or groups) -----------------------
+struct ConvGeom {
+  int n, c, h, w;       // input [n, c, h, w]
+  int oc, kh, kw;       // weight [oc, c, kh, kw], bias [oc]
+  int stride = 1, pad = 0;
+  int oh() const { return (h + 2 * pad - kh) / stride + 1; }
+  int ow() const { return (w + 2 * pad - kw) / stride + 1; }
+};
+// How conv2d runs: oneDNN's direct convolution primitives (blocked layouts inside, staged
+// through reorders), or im2col + the GEMM backend. Default oneDNN, or $XS_ENGINE_CONV
+// ("onednn" / "im2col"); a geometry oneDNN cannot run falls back to im2col.
+enum class ConvBackend { kOneDnn, kIm2col };
+const char* convBackendName(ConvBackend b);
+ConvBackend parseConvBackend(const std::string& name);
+ConvBackend convBackend();
+void setConvBackend(ConvBackend b);
+
+// x [n, c, h, w], w [oc, c, kh, kw], b [oc] (may be null) -> y [n, oc, oh, ow]
+void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
+                   const ConvGeom& g);
+// dy [n, oc, oh, ow] -> dx [n, c, h, w] (skipped when null), dw +=, db += (skipped when null)
+void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
+                    const float* w, const ConvGeom& g);
+
+// ---- pooling -------------------------------------------------------------------------------
+struct PoolGeom {
+  int n, c, h, w;  // input [n, c, h, w]
+  int k, stride, pad = 0;
+  int oh() const { return (h + 2 * pad - k) / stride + 1; }
+  int ow() const { return (w + 2 * pad - k) / stride + 1; }
+};
+// x [n, c, h, w] -> y [n, c, oh, ow], argmax [n, c, oh, ow] (index into the h*w plane)
+void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g);
+// dy [n, c, oh, ow] -> dx [n, c, h, w]
+void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g);
+// x [n, c, h, w] -> y [n, c, oh, ow]; padding counts in the divisor (PyTorch's default)
+void avgPool2dForward(float* y, const float* x, const PoolGeom& g);
+void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g);
+// x [n, c, h, w] -> y [n, c, oh, ow]; window i covers [floor(i*h/oh), ceil((i+1)*h/oh))
+void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow);
+void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,
+                               int ow);
+
+// ---- element-wise --------------------------------------------------------------------------
+// x [count] -> y [count] (y may alias x)
+void reluForward(float* y, const float* x, std::size_t count);
+// dy, y [count] -> dx [count] (dx may alias dy)
+void reluBackward(float* dx, const float* dy, const float* y, std::size_t count);
+// x [count] -> y [count], mask [count] (0 or 1/(1-p)); the mask depends only on (seed, step, i)
+void dropoutForward(float* y, float* mask, const float* x, std::size_t count, float p,
+                    std::uint64_t seed, std::uint64_t step);
+void dropoutBackward(float* dx, const float* dy, const float* mask, std::size_t count);
+// a, b [count] -> y [count]; backward: dy flows unchanged into both inputs
+void addForward(float* y, const float* a, const float* b, std::size_t count);
+// dst [count] += src [count]
+void accumulate(float* dst, const float* src, std::size_t count);
+
+// ---- batch-norm 2d (per channel over n, h, w) ------------------------------------------------
+struct BatchNormArgs {
+  int n, c, hw;
+  float momentum = 0.1f, eps = 1e-5f;
+};
+// train: x [n, c, hw] -> y, mean [c], invstd [c]; runMean, runVar [c] updated (unbiased var)
+void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMean, float* runVar,
+                             const float* x, const float* gamma, const float* beta,
+                             const BatchNormArgs& a);
+// eval: normalises with the running statistics; fills mean/invstd from them for backward
+void batchNorm2dForwardEval(float* y, float* mean, float* invstd, const float* runMean,
+                            const float* runVar, const float* x, const float* gamma,
+                            const float* beta, const BatchNormArgs& a);
+// dy [n, c, hw] -> dx [n, c, hw], dgamma [c] +=, dbeta [c] +=; train: through batch statistics
+void batchNorm2dBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                         const float* mean, const float* invstd, const float* gamma, bool train,
+                         const BatchNormArgs& a);
+
+// ---- losses (mean over the batch) -------------------------------------------------------------
+// x [B, C] -> y [B, C] = log softmax(x)
+void logSoftmaxForward(float* y, const float* x, int B, int C);
+// dy, y [B, C] -> dx [B, C] = dy - exp(y) * sum(dy)
+void logSoftmaxBackward(float* dx, const float* dy, const float* y, int B, int C);
+// logp [B, C], labels [B] -> mean of -logp[b, label[b]]
+float nllLossForward(const float* logp, const std::int32_t* labels, int B, int C);
+// -> dlogp [B, C] = -1/B at the label, 0 elsewhere (scaled by dloss)
+void nllLossBackward(float* dlogp, const std::int32_t* labels, int B, int C, float dloss = 1.f);
+// logits [B, C], labels [B] -> probs [B, C] = softmax, returns the mean cross-entropy
+float crossEntropyForward(float* probs, const float* logits, const std::int32_t* labels, int B,
+                          int C);
+// -> dlogits [B, C] = (probs - onehot) / B (scaled by dloss)
+void crossEntropyBackward(float* dlogits, const float* probs, const std::int32_t* labels, int B,
+                          int C, float dloss = 1.f);
+// logits [B, C] -> how many rows have their maximum at the label
+int countCorrect(const float* logits, const std::int32_t* labels, int B, int C);
+// Throws ShapeError naming the first label outside [0, C).
+void checkLabels(const std::int32_t* labels, int B, int C);
+
+}  // namespace xs::engine

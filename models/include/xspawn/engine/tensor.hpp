@@ -1,0 +1,62 @@
+// tensor.hpp: Shape (up to 4 dims, NCHW) and Tensor, a float32 buffer living in a Device's arena.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "xspawn/engine/device.hpp"
+
+namespace xs::engine {
+
+struct Shape {
+  std::array<int, 4> d{0, 0, 0, 0};
+  int rank = 0;
+  Shape() = default;
+  Shape(std::initializer_list<int> dims);
+  int operator[](int i) const { return d[i]; }
+  std::size_t numel() const;
+  // Product of the dims after the first (features per sample).
+  std::size_t perSample() const;
+  bool operator==(const Shape& o) const;
+  std::string str() const;  // "[2, 3, 28, 28]"
+};
+
+// A move-only float32 tensor owned by a device; memory returns to the arena on destruction.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(Device& dev, const Shape& shape, const char* what = "tensor");
+  ~Tensor();
+  Tensor(Tensor&& o) noexcept;
+  Tensor& operator=(Tensor&& o) noexcept;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  // Host -> device transfer of a host buffer of shape.numel() floats.
+  static Tensor fromHost(Device& dev, const Shape& shape, const float* host);
+
+  // Keeps the memory when it is big enough, reallocates otherwise (contents undefined).
+  void ensure(Device& dev, const Shape& shape, const char* what = "tensor");
+  // Same memory, new shape of the same size (flatten).
+  void reshape(const Shape& shape);
+  void zero();
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  const Shape& shape() const { return shape_; }
+  std::size_t numel() const { return shape_.numel(); }
+  bool empty() const { return data_ == nullptr; }
+  Device* device() const { return dev_; }
+
+ private:
+  void free();
+  Device* dev_ = nullptr;
+  float* data_ = nullptr;
+  std::size_t capacity_ = 0;
+  Shape shape_;
+};
+
+}  // namespace xs::engine

@@ -1,0 +1,98 @@
+// blocks.cpp: composite modules: Sequential and the ResNet basic block.
+#include <cstring>
+
+#include "xspawn/engine/error.hpp"
+#include "xspawn/engine/layers.hpp"
+
+namespace xs::engine {
+
+Sequential& Sequential::add(std::string name, ModulePtr m) {
+  children_.emplace_back(std::move(name), std::move(m));
+  return *this;
+}
+
+Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& info) {
+  Shape s = in;
+  bool first = true;
+  for (auto& [name, m] : children_) {
+    if (first) m->setNeedInputGrad(needInputGrad_);
+    first = false;
+    s = m->build(s, prefix.empty() ? name : prefix + "." + name, info);
+  }
+  return s;
+}
+
+const Tensor& Sequential::forward(const Tensor& x, Context& ctx) {
+  const Tensor* t = &x;
+  for (auto& [name, m] : children_) t = &m->forward(*t, ctx);
+  return *t;
+}
+
+const Tensor& Sequential::backward(const Tensor& dy, Context& ctx) {
+  const Tensor* t = &dy;
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) t = &it->second->backward(*t, ctx);
+  return *t;
+}
+
+namespace {
+
+class BasicBlock : public Module {
+ public:
+  BasicBlock(int in, int out, int stride) {
+    body_.add("conv1", makeConv2d(in, out, 3, stride, 1))
+        .add("bn1", makeBatchNorm2d(out))
+        .add("relu", makeRelu())
+        .add("conv2", makeConv2d(out, out, 3, 1, 1))
+        .add("bn2", makeBatchNorm2d(out));
+    if (stride != 1 || in != out) shortcut_ = makeConv2d(in, out, 1, stride, 0);
+  }
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    body_.setNeedInputGrad(needInputGrad_);
+    Shape out = body_.build(in, prefix, info);
+    if (shortcut_) {
+      shortcut_->setNeedInputGrad(needInputGrad_);
+      Shape s = shortcut_->build(in, prefix + ".conv3", info);
+      XS_CHECK(s == out, ShapeError, prefix + ": shortcut shape " + s.str() + " differs from " + out.str());
+    } else {
+      XS_CHECK(in == out, ShapeError, prefix + ": identity shortcut needs equal shapes");
+    }
+    return out;
+  }
+  // y = relu(body(x) + shortcut(x))
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    x_ = &x;
+    const Tensor& b = body_.forward(x, ctx);
+    const Tensor& s = shortcut_ ? shortcut_->forward(x, ctx) : x;
+    y_.ensure(ctx.dev, b.shape(), "activations");
+    addForward(y_.data(), b.data(), s.data(), b.numel());
+    reluForward(y_.data(), y_.data(), y_.numel());
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    dsum_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    reluBackward(dsum_.data(), dy.data(), y_.data(), dy.numel());
+    const Tensor& dxBody = body_.backward(dsum_, ctx);
+    if (!needInputGrad_) {
+      if (shortcut_) shortcut_->backward(dsum_, ctx);
+      return dx_;
+    }
+    dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    std::memcpy(dx_.data(), dxBody.data(), dx_.numel() * sizeof(float));
+    const Tensor& dxShort = shortcut_ ? shortcut_->backward(dsum_, ctx) : dsum_;
+    accumulate(dx_.data(), dxShort.data(), dx_.numel());
+    return dx_;
+  }
+
+ private:
+  Sequential body_;
+  ModulePtr shortcut_;
+  Tensor dsum_;
+};
+
+}  // namespace
+
+ModulePtr makeBasicBlock(int in, int out, int stride) {
+  return std::make_unique<BasicBlock>(in, out, stride);
+}
+
+}  // namespace xs::engine

@@ -1,0 +1,280 @@
+// layers.cpp: the leaf modules (linear, conv2d, pools, ReLU, dropout, batch-norm, flatten).
+#include "xspawn/engine/layers.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "xspawn/engine/error.hpp"
+#include "xspawn/engine/rng.hpp"
+
+namespace xs::engine {
+namespace {
+
+void expectChw(const Shape& in, const std::string& who) {
+  XS_CHECK(in.rank == 3, ShapeError,
+           who + " expects a [channels, height, width] input, got " + in.str() + ": put it before "
+                 "the flatten");
+}
+
+class Linear : public Module {
+ public:
+  Linear(int in, int out) : in_(in), out_(out) {}
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    XS_CHECK(in.rank == 1, ShapeError, prefix + ": linear expects flat features, got " + in.str());
+    if (in_ == 0) in_ = in[0];  // inferred from the input
+    XS_CHECK(in[0] == in_, ShapeError,
+             prefix + ": linear expects " + std::to_string(in_) + " features, got " + in.str());
+    float bound = 1.f / std::sqrt(static_cast<float>(in_));
+    w_ = info.params.add(prefix + ".weight", Shape{out_, in_}, Init::kUniform, bound);
+    b_ = info.params.add(prefix + ".bias", Shape{out_}, Init::kUniform, bound);
+    info.forwardFlops += 2.0 * in_ * out_;
+    return Shape{out_};
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    x_ = &x;
+    int B = x.shape()[0];
+    y_.ensure(ctx.dev, Shape{B, out_}, "activations");
+    linearForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_), ctx.params.value(b_), B, in_, out_);
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    int B = dy.shape()[0];
+    if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
+                   ctx.params.grad(b_), dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_);
+    return dx_;
+  }
+
+ private:
+  int in_, out_;
+  std::size_t w_ = 0, b_ = 0;
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int in, int out, int k, int stride, int pad, bool bias)
+      : in_(in), out_(out), k_(k), stride_(stride), pad_(pad), bias_(bias) {}
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    expectChw(in, prefix + ": conv2d");
+    XS_CHECK(in[0] == in_, ShapeError,
+             prefix + ": conv2d expects " + std::to_string(in_) + " channels, got " + in.str());
+    g_ = ConvGeom{1, in_, in[1], in[2], out_, k_, k_, stride_, pad_};
+    XS_CHECK(g_.oh() > 0 && g_.ow() > 0, ShapeError,
+             prefix + ": the image " + in.str() + " is too small for this network: use a larger --image-size");
+    float bound = 1.f / std::sqrt(static_cast<float>(in_ * k_ * k_));
+    w_ = info.params.add(prefix + ".weight", Shape{out_, in_, k_, k_}, Init::kUniform, bound);
+    if (bias_) b_ = info.params.add(prefix + ".bias", Shape{out_}, Init::kUniform, bound);
+    info.forwardFlops += 2.0 * out_ * g_.oh() * g_.ow() * in_ * k_ * k_;
+    return Shape{out_, g_.oh(), g_.ow()};
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    x_ = &x;
+    g_.n = x.shape()[0];
+    y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
+    conv2dForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_),
+                  bias_ ? ctx.params.value(b_) : nullptr, g_);
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
+                   bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(),
+                   ctx.params.value(w_), g_);
+    return dx_;
+  }
+
+ private:
+  int in_, out_, k_, stride_, pad_;
+  bool bias_;
+  ConvGeom g_{};
+  std::size_t w_ = 0, b_ = 0;
+};
+
+class Pool2d : public Module {
+ public:
+  enum Kind { kMax, kAvg, kAdaptive };
+  Pool2d(Kind kind, int a, int b, int pad) : kind_(kind), a_(a), b_(b), pad_(pad) {}
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
+    expectChw(in, prefix + ": pooling");
+    if (kind_ == kAdaptive) {
+      g_ = PoolGeom{1, in[0], in[1], in[2], 1, 1, 0};
+      return Shape{in[0], a_, b_};
+    }
+    g_ = PoolGeom{1, in[0], in[1], in[2], a_, b_, pad_};
+    XS_CHECK(g_.oh() > 0 && g_.ow() > 0, ShapeError,
+             prefix + ": the feature map " + in.str() + " is smaller than the pooling window: use a "
+                      "larger --image-size");
+    return Shape{in[0], g_.oh(), g_.ow()};
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    x_ = &x;
+    g_.n = x.shape()[0];
+    if (kind_ == kAdaptive) {
+      y_.ensure(ctx.dev, Shape{g_.n, g_.c, a_, b_}, "activations");
+      adaptiveAvgPool2dForward(y_.data(), x.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
+      return y_;
+    }
+    Shape out{g_.n, g_.c, g_.oh(), g_.ow()};
+    y_.ensure(ctx.dev, out, "activations");
+    if (kind_ == kAvg) {
+      avgPool2dForward(y_.data(), x.data(), g_);
+    } else {
+      argmax_.ensure(ctx.dev, out, "max-pool indices");
+      maxPool2dForward(y_.data(), reinterpret_cast<std::int32_t*>(argmax_.data()), x.data(), g_);
+    }
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    if (kind_ == kAdaptive)
+      adaptiveAvgPool2dBackward(dx_.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
+    else if (kind_ == kAvg)
+      avgPool2dBackward(dx_.data(), dy.data(), g_);
+    else
+      maxPool2dBackward(dx_.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_);
+    return dx_;
+  }
+
+ private:
+  Kind kind_;
+  int a_, b_, pad_;
+  PoolGeom g_{};
+  Tensor argmax_;
+};
+
+class Relu : public Module {
+ public:
+  Shape build(const Shape& in, const std::string&, BuildInfo&) override { return in; }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    y_.ensure(ctx.dev, x.shape(), "activations");
+    reluForward(y_.data(), x.data(), x.numel());
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    reluBackward(dx_.data(), dy.data(), y_.data(), dy.numel());
+    return dx_;
+  }
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(float p) : p_(p) {
+    XS_CHECK(p >= 0.f && p < 1.f, ArgumentError,
+             "dropout probability " + std::to_string(p) + " must be in [0, 1)");
+  }
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
+    salt_ = hashName(prefix);
+    return in;
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    active_ = ctx.train && p_ > 0.f;
+    if (!active_) return x;
+    y_.ensure(ctx.dev, x.shape(), "activations");
+    mask_.ensure(ctx.dev, x.shape(), "dropout mask");
+    dropoutForward(y_.data(), mask_.data(), x.data(), x.numel(), p_, ctx.seed ^ salt_, ctx.step);
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    if (!active_) return dy;
+    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dropoutBackward(dx_.data(), dy.data(), mask_.data(), dy.numel());
+    return dx_;
+  }
+
+ private:
+  float p_;
+  bool active_ = false;
+  std::uint64_t salt_ = 0;
+  Tensor mask_;
+};
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int c) : c_(c) {}
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    expectChw(in, prefix + ": batch-norm");
+    XS_CHECK(in[0] == c_, ShapeError,
+             prefix + ": batch-norm expects " + std::to_string(c_) + " channels, got " + in.str());
+    gamma_ = info.params.add(prefix + ".weight", Shape{c_}, Init::kOnes);
+    beta_ = info.params.add(prefix + ".bias", Shape{c_}, Init::kZeros);
+    mean_ = info.buffers.add(prefix + ".running_mean", Shape{c_}, Init::kZeros);
+    var_ = info.buffers.add(prefix + ".running_var", Shape{c_}, Init::kOnes);
+    return in;
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    x_ = &x;
+    train_ = ctx.train;
+    const Shape& s = x.shape();
+    args_ = BatchNormArgs{s[0], s[1], s[2] * s[3]};
+    y_.ensure(ctx.dev, s, "activations");
+    stats_.ensure(ctx.dev, Shape{2, c_}, "batch-norm statistics");
+    float* mean = stats_.data();
+    float* invstd = mean + c_;
+    if (train_)
+      batchNorm2dForwardTrain(y_.data(), mean, invstd, ctx.buffers.value(mean_), ctx.buffers.value(var_),
+                              x.data(), ctx.params.value(gamma_), ctx.params.value(beta_), args_);
+    else
+      batchNorm2dForwardEval(y_.data(), mean, invstd, ctx.buffers.value(mean_), ctx.buffers.value(var_),
+                             x.data(), ctx.params.value(gamma_), ctx.params.value(beta_), args_);
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    batchNorm2dBackward(dx_.data(), ctx.params.grad(gamma_), ctx.params.grad(beta_), dy.data(),
+                        x_->data(), stats_.data(), stats_.data() + c_, ctx.params.value(gamma_),
+                        train_, args_);
+    return dx_;
+  }
+
+ private:
+  int c_;
+  bool train_ = true;
+  BatchNormArgs args_{};
+  std::size_t gamma_ = 0, beta_ = 0, mean_ = 0, var_ = 0;
+  Tensor stats_;
+};
+
+class Flatten : public Module {
+ public:
+  Shape build(const Shape& in, const std::string&, BuildInfo&) override {
+    return Shape{static_cast<int>(in.numel())};
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    int B = x.shape()[0];
+    in_ = x.shape();
+    y_.ensure(ctx.dev, Shape{B, static_cast<int>(x.shape().perSample())}, "activations");
+    std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    dx_.ensure(ctx.dev, in_, "activation gradients");
+    std::memcpy(dx_.data(), dy.data(), dy.numel() * sizeof(float));
+    return dx_;
+  }
+
+ private:
+  Shape in_;
+};
+
+}  // namespace
+
+ModulePtr makeLinear(int in, int out) { return std::make_unique<Linear>(in, out); }
+ModulePtr makeConv2d(int in, int out, int k, int stride, int pad, bool bias) {
+  return std::make_unique<Conv2d>(in, out, k, stride, pad, bias);
+}
+ModulePtr makeMaxPool2d(int k, int stride, int pad) {
+  return std::make_unique<Pool2d>(Pool2d::kMax, k, stride, pad);
+}
+ModulePtr makeAvgPool2d(int k, int stride, int pad) {
+  return std::make_unique<Pool2d>(Pool2d::kAvg, k, stride, pad);
+}
+ModulePtr makeAdaptiveAvgPool2d(int oh, int ow) {
+  return std::make_unique<Pool2d>(Pool2d::kAdaptive, oh, ow, 0);
+}
+ModulePtr makeRelu() { return std::make_unique<Relu>(); }
+ModulePtr makeDropout(float p) { return std::make_unique<Dropout>(p); }
+ModulePtr makeBatchNorm2d(int channels) { return std::make_unique<BatchNorm2d>(channels); }
+ModulePtr makeFlatten() { return std::make_unique<Flatten>(); }
+
+}  // namespace xs::engine

@@ -1,0 +1,114 @@
+// test_device.cpp: the emulated core: naming, arena accounting, out-of-memory errors, transfers.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "xspawn/engine/device.hpp"
+#include "xspawn/engine/error.hpp"
+#include "xspawn/engine/tensor.hpp"
+
+namespace xs::engine {
+namespace {
+
+TEST(Device, NamedByOrdinal) {
+  DeviceOptions o;
+  o.ordinal = 3;
+  o.memoryBytes = 8 << 20;
+  Device dev(o);
+  EXPECT_EQ(dev.name(), "xcore:3");
+  EXPECT_EQ(dev.capacity(), 8u << 20);
+}
+
+TEST(Device, ArenaTracksUseAndPeakAndReusesFreedMemory) {
+  DeviceOptions o;
+  o.memoryBytes = 4 << 20;
+  Device dev(o);
+  float* a = dev.allocate(1000, "a");
+  float* b = dev.allocate(1000, "b");
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 64, 0u);
+  EXPECT_GE(dev.inUse(), 8000u);
+  std::size_t peak = dev.peak();
+  dev.release(a);
+  dev.release(b);
+  EXPECT_EQ(dev.inUse(), 0u);
+  EXPECT_EQ(dev.peak(), peak);
+  // After coalescing, the whole arena is one block again.
+  float* big = dev.allocate((4 << 20) / 4, "everything");
+  EXPECT_NE(big, nullptr);
+  dev.release(big);
+}
+
+TEST(Device, OutOfMemoryNamesSizes) {
+  DeviceOptions o;
+  o.ordinal = 2;
+  o.memoryBytes = 2 << 20;
+  Device dev(o);
+  float* a = dev.allocate(256 * 1024, "weights");  // 1 MiB
+  try {
+    dev.allocate(512 * 1024, "activations");  // 2 MiB more
+    FAIL() << "expected DeviceOutOfMemory";
+  } catch (const DeviceOutOfMemory& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("xcore:2"), std::string::npos) << m;
+    EXPECT_NE(m.find("2.0 MiB for activations"), std::string::npos) << m;
+    EXPECT_NE(m.find("in use 1.0 MiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("available 1.0 MiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("--device-memory"), std::string::npos) << m;
+  }
+  dev.release(a);
+}
+
+TEST(Device, TensorsReturnMemoryAndTransfer) {
+  Device dev;
+  std::vector<float> host{1, 2, 3, 4, 5, 6};
+  {
+    Tensor t = Tensor::fromHost(dev, Shape{2, 3}, host.data());
+    EXPECT_EQ(t.shape(), (Shape{2, 3}));
+    std::vector<float> back(6);
+    dev.copyToHost(back.data(), t.data(), 6);
+    EXPECT_EQ(back, host);
+    EXPECT_EQ(dev.bytesToDevice(), 24u);
+    t.reshape(Shape{6});
+    EXPECT_THROW(t.reshape(Shape{4}), ShapeError);
+  }
+  EXPECT_EQ(dev.inUse(), 0u);
+}
+
+TEST(Device, BadOptionsAndReleaseAreClearErrors) {
+  DeviceOptions o;
+  o.memoryBytes = 1000;
+  EXPECT_THROW(Device{o}, ArgumentError);
+  o = DeviceOptions{};
+  o.ordinal = -1;
+  EXPECT_THROW(Device{o}, ArgumentError);
+  Device dev;
+  float x = 0;
+  EXPECT_THROW(dev.release(&x), ArgumentError);
+  EXPECT_THROW(Tensor(dev, Shape{0, 3}), ShapeError);
+}
+
+TEST(Device, ParsesSizesAndPrecisions) {
+  EXPECT_EQ(parseMemorySize("512M"), 512u << 20);
+  EXPECT_EQ(parseMemorySize("4G"), std::size_t{4} << 30);
+  EXPECT_EQ(parseMemorySize("1024"), 1024u);
+  EXPECT_THROW(parseMemorySize("lots"), ArgumentError);
+  EXPECT_THROW(parseMemorySize("5T"), ArgumentError);
+  EXPECT_THROW(parseMemorySize("0"), ArgumentError);
+  EXPECT_EQ(parsePrecision("bf16"), Precision::kBf16);
+  EXPECT_THROW(parsePrecision("fp16"), ArgumentError);
+}
+
+TEST(Device, BindsToOneCpu) {
+  DeviceOptions o;
+  o.bindCpu = true;
+  o.cpu = 0;
+  Device dev(o);
+  EXPECT_EQ(dev.cpu(), 0);
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+  sched_setaffinity(0, sizeof all, &all);  // let the rest of the suite use every CPU
+}
+
+}  // namespace
+}  // namespace xs::engine

@@ -1,0 +1,188 @@
+// test_model.cpp: the five models: layouts, deterministic initialisation, training steps,
+// external gradient buffers and clear errors.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "test_util.hpp"
+#include "xspawn/engine/error.hpp"
+#include "xspawn/engine/model.hpp"
+#include "xspawn/engine/optim.hpp"
+
+namespace xs::engine {
+namespace {
+
+ModelConfig config(const std::string& name, int size = 0, std::uint64_t seed = 1) {
+  ModelConfig c;
+  c.name = name;
+  c.imageSize = size;
+  c.seed = seed;
+  return c;
+}
+
+TEST(Model, ParameterCountsMatchTheLayouts) {
+  Device dev;
+  EXPECT_EQ(Model(dev, config("mlp")).params().paramCount(), 235146u);
+  EXPECT_EQ(Model(dev, config("convnet")).params().paramCount(), 113674u);
+  EXPECT_EQ(Model(dev, config("lenet5")).params().paramCount(), 61706u);
+  EXPECT_EQ(Model(dev, config("alexnet", 63)).params().paramCount(), 57044810u);
+  Model r(dev, config("resnet18"));
+  EXPECT_EQ(r.params().paramCount(), 11176970u);
+  EXPECT_EQ(r.params().views().front().name, "conv1.weight");
+  EXPECT_EQ(r.buffers().views().front().name, "bn1.running_mean");
+  EXPECT_NO_THROW(r.params().find("layer2.0.conv3.weight"));
+  EXPECT_THROW(r.params().find("layer1.0.conv3.weight"), ArgumentError);
+}
+
+TEST(Model, SameSeedGivesIdenticalWeightsOnEveryDevice) {
+  DeviceOptions a, b;
+  b.ordinal = 5;
+  Device d1(a), d2(b);
+  Model m1(d1, config("convnet", 0, 1234)), m2(d2, config("convnet", 0, 1234)), m3(d1, config("convnet", 0, 7));
+  ASSERT_EQ(m1.params().size(), m2.params().size());
+  EXPECT_EQ(0, std::memcmp(m1.params().values(), m2.params().values(), m1.params().size() * 4));
+  EXPECT_NE(0, std::memcmp(m1.params().values(), m3.params().values(), m1.params().size() * 4));
+  // PyTorch's default bounds: conv1 weights and bias within 1/sqrt(fan_in) = 1/5.
+  const auto& v = m1.params().views()[0];
+  float mx = 0;
+  for (std::size_t i = 0; i < v.count; ++i) mx = std::max(mx, std::fabs(m1.params().values()[v.offset + i]));
+  EXPECT_LE(mx, 0.2f);
+  EXPECT_GT(mx, 0.19f);
+}
+
+// A few steps on one fixed batch must lower the loss.
+void expectLearns(const std::string& name, int size, int batch, float lr,
+                  Precision prec = Precision::kFp32, float factor = 0.9f) {
+  DeviceOptions o;
+  o.precision = prec;
+  Device dev(o);
+  Model m(dev, config(name, size, 3));
+  auto opt = makeSgd(dev, m.params().size(), SgdOptions{lr, 0.9f});
+  Shape in = m.inputShape();
+  auto x = test::pattern(batch * in.numel(), 11);
+  std::vector<std::int32_t> y(batch);
+  for (int i = 0; i < batch; ++i) y[i] = (i * 7) % 10;
+  float first = 0, last = 0;
+  for (int s = 0; s < 8; ++s) {
+    StepResult r = m.trainStep(x.data(), y.data(), batch);
+    ASSERT_TRUE(std::isfinite(r.loss)) << name;
+    if (s == 0) first = r.loss;
+    last = r.loss;
+    opt->step(m.params());
+  }
+  EXPECT_LT(last, first * factor) << name << " " << precisionName(prec);
+  StepResult e = m.evaluate(x.data(), y.data(), batch);
+  EXPECT_TRUE(std::isfinite(e.loss));
+  EXPECT_GE(e.correct, 0);
+}
+
+TEST(Model, MlpLearns) { expectLearns("mlp", 0, 16, 0.05f); }
+TEST(Model, ConvnetLearns) { expectLearns("convnet", 0, 16, 0.05f); }
+TEST(Model, ConvnetLearnsInBf16) { expectLearns("convnet", 0, 16, 0.05f, Precision::kBf16); }
+TEST(Model, Resnet18LearnsInBf16) { expectLearns("resnet18", 16, 8, 0.02f, Precision::kBf16); }
+// LeNet-5 starts slowly from PyTorch's small initial weights: ask only for progress.
+TEST(Model, Lenet5Learns) { expectLearns("lenet5", 0, 16, 0.1f, Precision::kFp32, 0.995f); }
+TEST(Model, Resnet18Learns) { expectLearns("resnet18", 16, 8, 0.02f); }
+
+TEST(Model, AlexnetSmallestImageRunsAndTinyImageFails) {
+  Device dev;
+  ModelConfig c = config("alexnet", 63);
+  c.dropout = 0.f;
+  Model m(dev, c);
+  auto x = test::pattern(2 * 3 * 63 * 63, 12);
+  std::vector<std::int32_t> y{1, 2};
+  StepResult r = m.trainStep(x.data(), y.data(), 2);
+  EXPECT_NEAR(r.loss, std::log(10.f), 0.5f);
+  EXPECT_THROW(Model(dev, config("alexnet", 62)), ArgumentError);
+  EXPECT_THROW(Model(dev, config("convnet", 8)), ShapeError);
+}
+
+TEST(Model, GradientsLiveInCallerMemory) {
+  Device dev;
+  Model m(dev, config("mlp"));
+  std::size_t n = m.gradientCount();
+  float* ext = static_cast<float*>(std::aligned_alloc(64, (n * 4 + 63) / 64 * 64));
+  auto x = test::pattern(4 * 784, 13);
+  std::vector<std::int32_t> y{1, 2, 3, 4};
+  m.bindGradients(ext, n);
+  EXPECT_TRUE(m.params().gradientsExternal());
+  m.trainStep(x.data(), y.data(), 4);
+  EXPECT_EQ(m.params().grads(), ext);
+  double norm = 0;
+  for (std::size_t i = 0; i < n; ++i) norm += ext[i] * ext[i];
+  EXPECT_GT(norm, 0);
+  EXPECT_THROW(m.bindGradients(ext, n - 1), ShapeError);
+  EXPECT_THROW(m.bindGradients(nullptr, n), ArgumentError);
+  std::free(ext);
+}
+
+TEST(Model, BatchSizeCanChangeBetweenCalls) {
+  // Kernels cache per geometry: a smaller last batch must give the same per-sample logits.
+  Device dev;
+  Model m(dev, config("resnet18", 8));
+  auto x = test::pattern(5 * 3 * 8 * 8, 15);
+  std::vector<std::int32_t> y{1, 2, 3, 4, 5};
+  m.setBatch(x.data(), y.data(), 5);
+  std::vector<float> five(m.forward(false).data(), m.forward(false).data() + 2 * 10);
+  m.setBatch(x.data(), y.data(), 2);
+  const float* two = m.forward(false).data();
+  for (int i = 0; i < 20; ++i) EXPECT_NEAR(two[i], five[i], 1e-4f) << i;
+}
+
+TEST(Model, RunsOnAnotherThreadThanTheDevicesCreator) {
+  Device dev;
+  Model m(dev, config("convnet"));
+  auto x = test::pattern(4 * 784, 16);
+  std::vector<std::int32_t> y{1, 2, 3, 4};
+  StepResult here = m.evaluate(x.data(), y.data(), 4), there;
+  std::thread t([&] { there = m.evaluate(x.data(), y.data(), 4); });
+  t.join();
+  EXPECT_FLOAT_EQ(here.loss, there.loss);
+}
+
+TEST(Model, TwoDevicesTrainConcurrentlyOnTwoThreads) {
+  // Kernel caches are per device and streams per thread: two cores in one process do not mix.
+  auto x = test::pattern(4 * 784, 17);
+  std::vector<std::int32_t> y{1, 2, 3, 4};
+  auto lossOn = [&](int ordinal) {
+    DeviceOptions o;
+    o.ordinal = ordinal;
+    o.precision = Precision::kBf16;
+    Device dev(o);
+    Model m(dev, config("convnet", 0, 5));
+    float loss = 0;
+    for (int s = 0; s < 3; ++s) loss = m.trainStep(x.data(), y.data(), 4).loss;
+    return loss;
+  };
+  float alone = lossOn(0), a = 0, b = 0;
+  std::thread t1([&] { a = lossOn(1); }), t2([&] { b = lossOn(2); });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a, alone);
+  EXPECT_EQ(b, alone);
+}
+
+TEST(Model, BadInputsAreClearErrors) {
+  Device dev;
+  EXPECT_THROW(Model(dev, config("vgg")), ArgumentError);
+  ModelConfig c = config("mlp");
+  c.numClasses = 0;
+  EXPECT_THROW(Model(dev, c), ArgumentError);
+  Model m(dev, config("mlp"));
+  auto x = test::pattern(2 * 784, 14);
+  std::vector<std::int32_t> bad{0, 10};
+  EXPECT_THROW(m.trainStep(x.data(), bad.data(), 2), ShapeError);
+  EXPECT_THROW(m.trainStep(x.data(), bad.data(), 0), ShapeError);
+  Model fresh(dev, config("mlp"));
+  EXPECT_THROW(fresh.forward(true), ArgumentError);
+  DeviceOptions small;
+  small.memoryBytes = 2 << 20;
+  Device tiny(small);
+  EXPECT_THROW(Model(tiny, config("alexnet", 63)), DeviceOutOfMemory);
+}
+
+}  // namespace
+}  // namespace xs::engine

@@ -1,0 +1,48 @@
+// test_util.hpp: shared pieces of the engine tests: deterministic data and finite-difference checks.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "xspawn/engine/rng.hpp"
+
+namespace xs::engine::test {
+
+inline std::vector<float> pattern(std::size_t n, std::uint64_t seed, float scale = 1.f) {
+  std::vector<float> v(n);
+  fillPattern(v.data(), n, seed, scale);
+  return v;
+}
+
+inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Checks grad (the analytic d<forward(), r>/d var) against central differences at up to
+// `samples` evenly spread entries of var. forward recomputes the output from current values.
+inline void expectGradient(const std::string& what, std::vector<float>& var,
+                           const std::vector<float>& grad, const std::vector<float>& r,
+                           const std::function<std::vector<float>()>& forward, float h = 1e-2f,
+                           double tol = 2e-2, std::size_t samples = 48) {
+  ASSERT_EQ(var.size(), grad.size()) << what;
+  std::size_t stride = std::max<std::size_t>(1, var.size() / samples);
+  for (std::size_t i = 0; i < var.size(); i += stride) {
+    float keep = var[i];
+    var[i] = keep + h;
+    double up = dot(forward(), r);
+    var[i] = keep - h;
+    double down = dot(forward(), r);
+    var[i] = keep;
+    double numeric = (up - down) / (2.0 * h);
+    EXPECT_NEAR(grad[i], numeric, tol * (1.0 + std::fabs(numeric)))
+        << what << " entry " << i << " of " << var.size();
+  }
+}
+
+}  // namespace xs::engine::test
