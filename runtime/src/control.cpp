@@ -76,7 +76,8 @@ ControlPlane::ControlPlane(Segment& segment, int rank, WaitMode mode,
       rank_(rank),
       world_(segment.worldSize()),
       waiter_(segment, rank, mode),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      oversubscribed_(segment.header().worldSize > segment.header().onlineCpus) {}
 
 std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag, std::uint64_t detail) {
   throwIfAborted();
@@ -288,6 +289,29 @@ void ControlPlane::barrierRound(std::uint64_t seq, std::uint64_t hash, Clock::ti
   }
   waiter_.waitChange(h.generation, gen, h.generationSleepers,
                      [&] { checkWhileWaiting(deadline); });
+}
+
+void ControlPlane::syncFlags(Clock::time_point deadline) {
+  RankSlot& me = segment_.slot(rank_);
+  const std::uint64_t target = ++syncCount_;
+  // Release (seq_cst): everything this rank wrote before the sync (its staging chunk, its
+  // reduced slice) is visible to a peer that acquires this count; without it a peer could
+  // read our buffer before our writes land.
+  me.syncCount.store(target, std::memory_order_seq_cst);
+  Waiter::wake(&me.syncCount, me.syncSleepers);
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    RankSlot& peer = segment_.slot(r);
+    // Acquire: pairs with the peer's release above, so its writes are visible to our reads
+    // after the sync.
+    std::uint64_t seen = peer.syncCount.load(std::memory_order_acquire);
+    const int need[1] = {r};
+    while (seen < target) {
+      waiter_.waitChange(peer.syncCount, seen, peer.syncSleepers,
+                         [&] { checkWhileWaiting(deadline, need); });
+      seen = peer.syncCount.load(std::memory_order_acquire);
+    }
+  }
 }
 
 void ControlPlane::barrier(std::string_view tag) {

@@ -53,8 +53,14 @@ class ControlPlane {
 
   // A checked barrier over all ranks.
   void barrier(std::string_view tag);
-  // One more barrier round inside the current op (collectives synchronise several times).
-  void sync(Clock::time_point deadline) { barrierRound(seq_, hash_, deadline); }
+  // One more synchronisation inside the current op (collectives synchronise several times):
+  // returns when every rank has arrived at it. With a core per rank, each rank raises its own
+  // counter and polls its peers' (one cache line each way, no shared atomic to fight over);
+  // when ranks share cores, the central barrier (one futex wake for all sleepers).
+  void sync(Clock::time_point deadline) {
+    if (oversubscribed_) barrierRound(seq_, hash_, deadline);
+    else syncFlags(deadline);
+  }
   // Every rank's payload in rank order (payloads of any size, streamed in chunks).
   std::vector<std::vector<std::byte>> rendezvous(std::string_view tag,
                                                  std::span<const std::byte> payload);
@@ -71,6 +77,7 @@ class ControlPlane {
 
  private:
   void barrierRound(std::uint64_t seq, std::uint64_t hash, Clock::time_point deadline);
+  void syncFlags(Clock::time_point deadline);
   void checkDivergence(std::uint64_t seq, std::uint64_t hash, bool allArrived);
   [[noreturn]] void failTimeout(std::uint64_t seq);
   // Before reporting a divergence, waits briefly for ranks not yet at `seq`.
@@ -86,6 +93,8 @@ class ControlPlane {
   std::uint64_t hash_ = 0;        // its hash
   std::string tag_;               // its tag
   std::uint64_t payloadRound_ = 0;  // rendezvous rounds so far (payload parity)
+  std::uint64_t syncCount_ = 0;     // collective syncs so far (mirror of our slot's syncCount)
+  bool oversubscribed_ = false;     // more ranks than cores
 };
 
 // "0-2,4-7" for {0,1,2,4,5,6,7}.

@@ -190,14 +190,19 @@ struct alignas(kCacheLine) RankSlot {
   std::atomic<std::uint32_t> errorKind;  // ErrorKind; set (release) after errorText
   std::atomic<std::uint64_t> errorTimeNs;
   std::atomic<std::uint64_t> exitTimeNs;
-  // Lines 3..: the worker's own error message (an uncaught exception, exec failure).
+  // Line 3: how many collective syncs the rank has arrived at (see ControlPlane::syncFlags);
+  // written by the rank only, polled by its peers: alone on its line.
+  alignas(kCacheLine) std::atomic<std::uint64_t> syncCount;
+  std::atomic<std::uint32_t> syncSleepers;
+  // Lines 4..: the worker's own error message (an uncaught exception, exec failure).
   alignas(kCacheLine) AtomicText<kErrorBytes> errorText;
 };
 static_assert(offsetof(RankSlot, opTag) == 1 * kCacheLine);
 static_assert(offsetof(RankSlot, pid) == 2 * kCacheLine);
-static_assert(offsetof(RankSlot, errorText) == 3 * kCacheLine);
+static_assert(offsetof(RankSlot, syncCount) == 3 * kCacheLine);
+static_assert(offsetof(RankSlot, errorText) == 4 * kCacheLine);
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
-static_assert(sizeof(RankSlot) == 3 * kCacheLine + kErrorBytes, "layout version 1");
+static_assert(sizeof(RankSlot) == 4 * kCacheLine + kErrorBytes, "layout version 1");
 
 // One ring FIFO's control words (the FIFO carrying data from rank r-1 to rank r), followed
 // in the arena by its slots. head: slots the producer has filled; tail: slots the consumer
