@@ -238,6 +238,7 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
     ("dtype", po::value<std::string>()->default_value("float"), "float, double, int32, int64, bfloat16")
     ("op", po::value<std::string>()->default_value("sum"), "sum, mean, max, min")
     ("zero-copy", "in-place buffers live in the shared heap (allreduce)")
+    ("zero-copy-min", po::value<std::string>()->default_value("8M"), "with --zero-copy: smallest message reduced in place in the heap")
     ("check", "verify every result; exit non-zero on any wrong value")
     ("peers", po::value<std::string>()->default_value("mpi,gloo"), "peers to run beside: mpi, gloo, none")
     ("json", po::value<std::string>(), "write every row, with the peers' figures, to FILE");
@@ -262,6 +263,7 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   cfg.coll.algorithm = parseAlgorithm(vm["algo"].as<std::string>());
   cfg.coll.psServers = vm["ps-servers"].as<int>();
   cfg.zeroCopy = vm.count("zero-copy") > 0;
+  cfg.coll.zeroCopyMinBytes = parseBytes(vm["zero-copy-min"].as<std::string>(), "--zero-copy-min");
   cfg.check = vm.count("check") > 0;
   if (cfg.sweep.minBytes < dtypeSize(cfg.type) || cfg.sweep.minBytes > cfg.sweep.maxBytes) {
     XS_THROW(UsageError, "bench: need element size <= --min-bytes <= --max-bytes");
@@ -324,7 +326,8 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   };
   std::printf("# xspawn bench %s: N=%d ranks on %d online cores, %s %s, algo %s%s\n", op.c_str(), world,
               onlineCores(), dtypeName(cfg.type), reduceOpName(cfg.op), algorithmName(cfg.coll.algorithm),
-              cfg.zeroCopy ? ", in-place buffers in the shared heap (zero-copy)" : "");
+              cfg.zeroCopy ? fmt::format(", in-place buffers in the shared heap (zero-copy from {})",
+                                         formatBytes(cfg.coll.zeroCopyMinBytes)).c_str() : "");
   std::printf("# memory bandwidth measured: %.1f GB/s (read + write, %d cores, 64 MiB buffers); times are medians in us\n",
               results->memoryGBs, std::min(world, onlineCores()));
   std::printf("#%9s %10s %6s | %9s %7s %7s %6s | %9s %7s %7s %6s %6s | %7s %6s | %7s %6s\n", "size", "count",

@@ -44,7 +44,7 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
                             const CollectiveOptions& options) {
   const std::size_t es = dtypeSize(type), bytes = count * es;
   std::uint64_t offset = 0;
-  const bool zeroCopy = in == out && bytes > 0 && inHeap(out, bytes, &offset);
+  const bool zeroCopy = in == out && bytes > 0 && bytes >= options.zeroCopyMinBytes && inHeap(out, bytes, &offset);
   Algorithm algo = options.algorithm == Algorithm::kAuto ? chooseAllReduce(bytes, zeroCopy) : options.algorithm;
   if (algo == Algorithm::kParameterServer && (options.psServers < 1 || options.psServers > world_)) {
     XS_THROW(UsageError, fmt::format("all_reduce: {} parameter servers among {} ranks; use 1 to {}",

@@ -136,7 +136,9 @@ int main(int argc, char** argv) {
     // Gradients in the shared heap: all-reduced in place with no copy in or out.
     auto grads = xs::shared_alloc<float>(100000);
     for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(rank + i % 7);
-    xs::all_reduce(grads, xs::ReduceOp::kSum);
+    xs::CollectiveOptions zc;
+    zc.zeroCopyMinBytes = 0;
+    xs::all_reduce(grads, xs::ReduceOp::kSum, zc);
     for (std::size_t i = 0; i < grads.size(); ++i) {
       float want = static_cast<float>(world * (world - 1) / 2 + world * static_cast<int>(i % 7));
       if (grads[i] != want) return 7;

@@ -32,6 +32,10 @@ struct CollectiveOptions {
   std::chrono::milliseconds timeout{0};  // 0: the job's --timeout
   Algorithm algorithm = Algorithm::kAuto;
   int psServers = 1;  // kParameterServer: how many ranks hold a shard of the parameters
+  // An in-place all-reduce of a shared-heap buffer at least this large reduces straight in
+  // the ranks' buffers (zero-copy); smaller ones go through the staging buffers, which is
+  // faster while the data sits in the cores' caches (measured: docs/benchmarks.md).
+  std::size_t zeroCopyMinBytes = 8u << 20;
 };
 
 std::size_t dtypeSize(DType type);
