@@ -132,11 +132,17 @@ void runSweep(int rank, const BenchConfig& cfg, Results* results) {
     const std::size_t outCount = op == "reducescatter" ? mine.size : count;
     std::vector<std::vector<std::byte>> in(rot, std::vector<std::byte>(inCount * es + 64));
     std::vector<std::vector<std::byte>> out(rot, std::vector<std::byte>(outCount * es + 64));
+    // In place: one buffer of the whole count; all_gather's input and reduce_scatter's output
+    // are this rank's slice of it (as in NCCL).
+    std::vector<std::vector<std::byte>> whole(cfg.zeroCopy && op == "allreduce" ? 0 : rot,
+                                              std::vector<std::byte>(count * es + 64));
     std::vector<std::byte*> inPlace(rot);
     for (int i = 0; i < rot; ++i) {
       inPlace[i] = cfg.zeroCopy && op == "allreduce" ? static_cast<std::byte*>(shared_alloc(count * es))
-                                                     : in[i].data();
+                                                     : whole[i].data();
     }
+    auto inPlaceSrc = [&](std::byte* b) { return op == "allgather" ? b + mine.first * es : b; };
+    auto inPlaceDst = [&](std::byte* b) { return op == "reducescatter" ? b + mine.first * es : b; };
     auto call = [&](std::byte* src, std::byte* dst) {
       if (op == "allreduce") all_reduce(src, dst, count, cfg.type, cfg.op, cfg.coll);
       else if (op == "broadcast") broadcast(src, count, cfg.type, 0, cfg.coll);
@@ -148,7 +154,8 @@ void runSweep(int rank, const BenchConfig& cfg, Results* results) {
     Row row;
     row.bytes = bytes;
     row.oop = bench::timeCalls(cfg.sweep.warmup, iters, [&](int i) { call(in[i % rot].data(), out[i % rot].data()); }, sync);
-    row.ip = bench::timeCalls(cfg.sweep.warmup, iters, [&](int i) { call(inPlace[i % rot], inPlace[i % rot]); }, sync);
+    row.ip = bench::timeCalls(
+        cfg.sweep.warmup, iters, [&](int i) { call(inPlaceSrc(inPlace[i % rot]), inPlaceDst(inPlace[i % rot])); }, sync);
     if (cfg.check) {
       // Inputs every rank can predict: rank r contributes r + 1 everywhere.
       const int n = world;
@@ -175,11 +182,11 @@ void runSweep(int rank, const BenchConfig& cfg, Results* results) {
         };
       }
       for (int pass = 0; pass < 2; ++pass) {
-        std::byte* src = pass == 0 ? in[0].data() : inPlace[0];
-        std::byte* dst = pass == 0 ? out[0].data() : inPlace[0];
+        std::byte* src = pass == 0 ? in[0].data() : inPlaceSrc(inPlace[0]);
+        std::byte* dst = pass == 0 ? out[0].data() : inPlaceDst(inPlace[0]);
         fill(cfg.type, src, inCount, rank + 1.0);
         call(src, dst);
-        const std::size_t checkCount = op == "broadcast" && pass == 0 ? count : outCount;
+        const std::size_t checkCount = outCount;
         const void* result = op == "broadcast" ? src : dst;
         long long w = countWrong(cfg.type, result, checkCount, want);
         long long total = mesh_reduce("wrong", w, [](long long a, long long b) { return a + b; });

@@ -115,6 +115,12 @@ int checkEverything(int rank, const Flags&) {
         reduce_scatter(in.data(), part.data(), count, t, op);
         const auto wantPart = reference(t, op, world, mine.first, mine.size);
         if (std::memcmp(part.data(), wantPart.data(), mine.size * es) != 0) return fail("reduce_scatter", t, op, count, "");
+        // In place: the output is this rank's slice of the input.
+        std::vector<std::byte> whole = in;
+        reduce_scatter(whole.data(), whole.data() + mine.first * es, count, t, op);
+        if (std::memcmp(whole.data() + mine.first * es, wantPart.data(), mine.size * es) != 0) {
+          return fail("in-place reduce_scatter", t, op, count, "");
+        }
       }
       // all_gather of every rank's slice of its own input = the concatenation.
       const Slice mine = slice_of(count, rank, world);
@@ -127,6 +133,10 @@ int checkEverything(int rank, const Flags&) {
       }
       all_gather(in.data() + mine.first * es, gathered.data(), count, t);
       if (std::memcmp(gathered.data(), expect.data(), count * es) != 0) return fail("all_gather", t, ReduceOp::kSum, count, "");
+      // In place: the input is this rank's slice of the output.
+      std::vector<std::byte> whole = in;
+      all_gather(whole.data() + mine.first * es, whole.data(), count, t);
+      if (std::memcmp(whole.data(), expect.data(), count * es) != 0) return fail("in-place all_gather", t, ReduceOp::kSum, count, "");
       // broadcast from the last rank.
       auto data = input(t, rank, count);
       broadcast(data.data(), count, t, world - 1);
