@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <ctime>
 
@@ -43,17 +44,17 @@ Waiter::Waiter(Segment& segment, int rank, WaitMode mode)
 std::chrono::nanoseconds Waiter::spinBudget() {
   // Measured (docs/benchmarks.md): when the awaited rank runs on another core, a short spin
   // answers in well under a microsecond where a futex round trip costs several; when it does
-  // not (more ranks than cores, or the machine busy), every spin steals the time that rank
+  // not (more ranks than cores, or a busy machine), every spin steals the time that rank
   // needs, and sleeping at once is fastest. So: never spin oversubscribed; otherwise spin
-  // for about twice the recent wait if recent waits were short, and every 32nd wait probe
-  // with a short spin so that a machine that became free is noticed.
+  // only while recent waits were short (a few microseconds), for a few times their length,
+  // and every 32nd wait probe with a short spin so that a machine that became free is noticed.
   if (mode_ == WaitMode::kSpin) return std::chrono::nanoseconds::max();
   if (mode_ == WaitMode::kFutex || oversubscribed_) return std::chrono::nanoseconds(0);
   ++waits_;
-  if (expectedWaitNs_ * 2 <= kMaxSpin.count()) {
-    return std::chrono::nanoseconds(std::max<std::int64_t>(expectedWaitNs_ * 2, 2000));
+  if (expectedWaitNs_ <= kShortWait.count()) {
+    return std::chrono::nanoseconds(std::clamp<std::int64_t>(expectedWaitNs_ * 4, 1000, kMaxSpin.count()));
   }
-  return (waits_ & 31) == 0 ? kMaxSpin / 4 : std::chrono::nanoseconds(0);
+  return (waits_ & 31) == 0 ? kShortWait : std::chrono::nanoseconds(0);
 }
 
 void Waiter::recordWait(std::chrono::nanoseconds waited) {

@@ -47,8 +47,9 @@ class Waiter {
 
   // The longest a sleeper sleeps before it checks again on its own.
   static constexpr std::chrono::milliseconds kTick{20};
-  // The longest a hybrid waiter spins.
-  static constexpr std::chrono::nanoseconds kMaxSpin{20000};
+  // The longest a hybrid waiter spins, and the recent wait below which it spins at all.
+  static constexpr std::chrono::nanoseconds kMaxSpin{10000};
+  static constexpr std::chrono::nanoseconds kShortWait{3000};
 
   WaitMode mode() const { return mode_; }
 
