@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# bench_train.sh: `xspawn train` against PyTorch DDP (gloo backend, torch.multiprocessing.spawn,
+# one thread per process) on the same machine, model (seed 004's convnet), data (Fashion-MNIST),
+# per-worker batch, optimizer and number of workers. Prints images/s, training time per epoch
+# and training time to the target test accuracy for both, with the ratios, and xspawn's scaling
+# from 1 to 2 workers.
+#
+#   scripts/bench_train.sh                  # N = 2 and 8, batch 100, Adam 1e-3, 2 epochs
+#   NPROCS="2" EPOCHS=1 scripts/bench_train.sh
+#
+# Needs a Release build in $BUILD (default build/) and Debian's python3-torch (/usr/bin/python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+NPROCS=${NPROCS:-"2 8"}
+EPOCHS=${EPOCHS:-2}
+BATCH=${BATCH:-100}
+LR=${LR:-1e-3}
+TARGET=${TARGET:-0.90}
+DATA=${DATA:-/usr/share/datasets/fashion-mnist}
+PY=/usr/bin/python3
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+[ -x "$BUILD/xspawn" ] && [ -x "$BUILD/xspawn-train" ] || { echo "bench_train.sh: build first ($BUILD/xspawn, $BUILD/xspawn-train)" >&2; exit 1; }
+$PY -c 'import torch' 2>/dev/null || { echo "bench_train.sh: /usr/bin/python3 has no torch: apt-get install python3-torch" >&2; exit 1; }
+[ -f "$DATA/train-images-idx3-ubyte.gz" ] || { echo "bench_train.sh: Fashion-MNIST not in $DATA: apt-get install dataset-fashion-mnist" >&2; exit 1; }
+
+common="--model convnet --dataset fashion-mnist --data-dir $DATA --batch-size $BATCH --optimizer adam --lr $LR --lr-step 0 --precision fp32 --epochs $EPOCHS --seed 1234"
+echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); settings: $common"
+for n in 1 $NPROCS; do
+  echo "xspawn, N=$n ..." >&2
+  "$BUILD/xspawn" --nprocs "$n" -q train $common --metrics "$OUT/xspawn-$n.jsonl" > "$OUT/xspawn-$n.log"
+done
+for n in $NPROCS; do
+  echo "PyTorch DDP, N=$n ..." >&2
+  $PY scripts/bench_train_torch.py --nprocs "$n" --batch-size "$BATCH" --optimizer adam --lr "$LR" \
+      --epochs "$EPOCHS" --target "$TARGET" --data-dir "$DATA" > "$OUT/torch-$n.json"
+done
+
+$PY - "$OUT" "$TARGET" $NPROCS <<'PYEOF'
+import json, sys
+out, target, nprocs = sys.argv[1], float(sys.argv[2]), [int(n) for n in sys.argv[3:]]
+
+def xspawn(n):
+    epochs, evals = [], []
+    for line in open(f"{out}/xspawn-{n}.jsonl"):
+        j = json.loads(line)
+        if j["event"] == "epoch": epochs.append(j)
+        if j["event"] == "eval": evals.append(j)
+    ttt, t = None, 0.0
+    for e, v in zip(epochs, evals):
+        t += e["seconds"]
+        if ttt is None and v["test_accuracy"] >= target: ttt = t
+    ips = sum(e["images_per_second"] for e in epochs) / len(epochs)
+    sec = sum(e["seconds"] for e in epochs) / len(epochs)
+    return ips, sec, ttt, evals[-1]["test_accuracy"]
+
+def torch(n):
+    j = json.loads(open(f"{out}/torch-{n}.json").read().strip().splitlines()[-1])
+    ep = j["epochs"]
+    return (sum(e["images_per_second"] for e in ep) / len(ep), sum(e["seconds"] for e in ep) / len(ep),
+            j["time_to_target"], ep[-1]["test_accuracy"])
+
+fmt = lambda v: "not reached" if v is None else f"{v:.1f} s"
+ratio = lambda a, b: "n/a" if a is None or b is None else f"{a / b:.2f}x"
+print(f"| N | xspawn images/s | PyTorch DDP images/s | ratio | xspawn s/epoch | DDP s/epoch | xspawn to {target:.0%} | DDP to {target:.0%} | speed-up to target | final acc xspawn / DDP |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for n in nprocs:
+    x, t = xspawn(n), torch(n)
+    print(f"| {n} | {x[0]:.0f} | {t[0]:.0f} | **{x[0] / t[0]:.2f}x** | {x[1]:.1f} | {t[1]:.1f} | {fmt(x[2])} | {fmt(t[2])} | "
+          f"{ratio(t[2], x[2])} | {100 * x[3]:.2f}% / {100 * t[3]:.2f}% |")
+one = xspawn(1)
+if 2 in nprocs:
+    print(f"\nxspawn scaling 1 -> 2 workers: {one[0]:.0f} -> {xspawn(2)[0]:.0f} images/s = {xspawn(2)[0] / one[0]:.2f}x")
+PYEOF

@@ -1,0 +1,113 @@
+// checkpoint_test.cpp: checkpoints are committed atomically and --resume continues to the very
+// weights of an uninterrupted run, bit for bit (mid-epoch and at an epoch boundary).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "train_checkpoint.hpp"
+#include "train_test_util.hpp"
+#include "xspawn/engine/device.hpp"
+#include "xspawn/engine/model.hpp"
+#include "xspawn/engine/optim.hpp"
+
+namespace xs::train::test {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kRun = "--nprocs 2 -q train --model mlp --dataset synthetic --train-size 1024 --test-size 256 "
+                         "--optimizer sgd --lr 0.05 --momentum 0.9 --batch-size 32 --epochs 2 --eval-every 0 ";
+
+std::vector<std::string> filesIn(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(TrainCheckpoint, ResumeGivesTheUninterruptedWeights) {
+  fs::path dir = freshDir("resume");
+  CommandResult full = runXspawn(kRun + "--metrics " + (dir / "full.jsonl").string());
+  ASSERT_EQ(full.status, 0) << full.err;
+  for (int stopAt : {5, 16, 21}) {  // 16 steps per epoch: mid-epoch, the boundary, epoch 2
+    SCOPED_TRACE(stopAt);
+    fs::path ck = dir / ("ck" + std::to_string(stopAt));
+    CommandResult part = runXspawn(kRun + "--max-steps " + std::to_string(stopAt) + " --checkpoint-dir " + ck.string());
+    ASSERT_EQ(part.status, 0) << part.err;
+    EXPECT_EQ(readTrainState(ck.string()).step, stopAt);
+    fs::path m = dir / ("resumed" + std::to_string(stopAt) + ".jsonl");
+    CommandResult rest = runXspawn(kRun + "--resume " + ck.string() + " --checkpoint-dir " + ck.string() + " --metrics " + m.string());
+    ASSERT_EQ(rest.status, 0) << rest.err;
+    EXPECT_NE(rest.out.find("resumed from"), std::string::npos);
+    EXPECT_EQ(summaryHash(m), summaryHash(dir / "full.jsonl"));
+    EXPECT_EQ(readTrainState(ck.string()).step, 32);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(TrainCheckpoint, ResumeWithOtherWorldSizeIsAClearError) {
+  fs::path dir = freshDir("resume-world");
+  ASSERT_EQ(runXspawn(kRun + "--max-steps 3 --checkpoint-dir " + dir.string()).status, 0);
+  std::string args = kRun + "--resume " + dir.string();
+  args.replace(args.find("--nprocs 2"), 10, "--nprocs 3");
+  CommandResult r = runXspawn(args);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("resume with --nprocs 2"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(TrainCheckpoint, DirectoryHoldsOneCommittedCheckpoint) {
+  fs::path dir = freshDir("layout");
+  ASSERT_EQ(runXspawn(kRun + "--checkpoint-dir " + dir.string()).status, 0);
+  // After two epochs (two commits) only the last weights file is left, and no temporary file.
+  EXPECT_EQ(filesIn(dir), (std::vector<std::string>{"latest.json", "step-00000032.xsckpt"}));
+  TrainState s = readTrainState(dir.string());
+  EXPECT_EQ(s.step, 32);
+  EXPECT_EQ(s.sampler.epoch, 2);
+  EXPECT_EQ(s.sampler.position, 0);
+  EXPECT_EQ(s.worldSize, 2);
+  fs::remove_all(dir);
+}
+
+TEST(TrainCheckpoint, InterruptedWriteKeepsThePreviousCheckpoint) {
+  fs::path dir = freshDir("atomic");
+  engine::Device dev;
+  engine::ModelConfig cfg;
+  cfg.name = "mlp";
+  engine::Model model(dev, cfg);
+  auto opt = engine::makeSgd(dev, model.params().size(), engine::SgdOptions{0.1f, 0.9f});
+  TrainState st;
+  st.step = 7;
+  st.model = "mlp";
+  saveTrainCheckpoint(dir.string(), model, *opt, st);
+  // A writer that died before its commit leaves a temporary state file and a weights file
+  // that latest.json does not name: the committed checkpoint is still the one read.
+  std::ofstream(dir / "latest.json.tmp") << "{\"format\": \"xspawn-train-checkp";
+  std::ofstream(dir / "step-00000009.xsckpt") << "partial";
+  EXPECT_EQ(readTrainState(dir.string()).step, 7);
+  const float first = model.params().values()[0];
+  model.params().values()[0] = 42.f;
+  loadTrainCheckpoint(dir.string(), model, *opt);
+  EXPECT_EQ(model.params().values()[0], first);
+  // The next commit replaces the state and removes the weights it superseded.
+  st.step = 8;
+  saveTrainCheckpoint(dir.string(), model, *opt, st);
+  EXPECT_EQ(readTrainState(dir.string()).step, 8);
+  EXPECT_FALSE(fs::exists(dir / "step-00000007.xsckpt"));
+  EXPECT_FALSE(fs::exists(dir / "latest.json.tmp"));
+  fs::remove_all(dir);
+}
+
+TEST(TrainCheckpoint, CorruptStateIsAClearError) {
+  fs::path dir = freshDir("corrupt-state");
+  std::ofstream(dir / "latest.json") << "{not json";
+  EXPECT_THROW(readTrainState(dir.string()), std::exception);
+  CommandResult r = runXspawn(kRun + "--resume " + dir.string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("unreadable checkpoint state"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace xs::train::test

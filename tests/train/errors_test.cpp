@@ -1,0 +1,103 @@
+// errors_test.cpp: every bad input of `xspawn train` gives one line on stderr,
+// "xspawn train: <what, where, how to fix>", and exit status 2, before any worker starts.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "train_test_util.hpp"
+
+namespace xs::train::test {
+namespace {
+namespace fs = std::filesystem;
+
+void expectUsageError(const std::string& args, const std::string& needle) {
+  SCOPED_TRACE(args);
+  CommandResult r = runXspawn("--nprocs 2 -q train " + args);
+  EXPECT_EQ(r.status, 2);
+  auto err = lines(r.err);
+  ASSERT_EQ(err.size(), 1u) << r.err;
+  EXPECT_EQ(err[0].rfind("xspawn train: ", 0), 0u) << err[0];
+  EXPECT_NE(err[0].find(needle), std::string::npos) << err[0];
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(TrainErrors, UnknownModel) { expectUsageError("--model vgg16 --dataset synthetic", "unknown model"); }
+
+TEST(TrainErrors, BatchSizeZero) { expectUsageError("--dataset synthetic --batch-size 0", "--batch-size 0"); }
+
+TEST(TrainErrors, UnknownOption) { expectUsageError("--dataset synthetic --bogus 1", "--help"); }
+
+TEST(TrainErrors, BadNumbers) {
+  expectUsageError("--dataset synthetic --lr -1", "--lr");
+  expectUsageError("--dataset synthetic --optimizer rmsprop", "sgd or adam");
+  expectUsageError("--dataset synthetic --precision fp8", "fp32 or bf16");
+  expectUsageError("--dataset synthetic --device-memory 12X", "memory size");
+}
+
+TEST(TrainErrors, ImageTooSmallForAlexnet) {
+  expectUsageError("--model alexnet --dataset synthetic --image-size 32", "63");
+}
+
+TEST(TrainErrors, MissingDatasetDirectory) {
+  expectUsageError("--dataset mnist --data-dir /nonexistent/mnist", "does not exist");
+  expectUsageError("--dataset mnist", "--data-dir");
+  expectUsageError("--dataset imagenet --data-dir /tmp", "unknown dataset");
+}
+
+TEST(TrainErrors, MissingFile) {
+  fs::path dir = freshDir("missing-file");
+  writeIdxDataset(dir, 20, 10);
+  fs::remove(dir / "t10k-labels-idx1-ubyte");
+  expectUsageError("--dataset mnist --data-dir " + dir.string(), "t10k-labels-idx1-ubyte");
+  fs::remove_all(dir);
+}
+
+TEST(TrainErrors, CorruptFiles) {
+  fs::path dir = freshDir("corrupt");
+  writeIdxDataset(dir, 20, 10);
+  fs::copy_file(dir / "train-labels-idx1-ubyte", dir / "train-images-idx3-ubyte", fs::copy_options::overwrite_existing);
+  expectUsageError("--dataset mnist --data-dir " + dir.string(), "bad magic");
+  writeIdxDataset(dir, 20, 10);
+  fs::resize_file(dir / "t10k-images-idx3-ubyte", 1000);
+  expectUsageError("--dataset mnist --data-dir " + dir.string(), "truncated");
+  writeIdxDataset(dir, 20, 10);
+  fs::resize_file(dir / "train-images-idx3-ubyte", 7);
+  expectUsageError("--dataset mnist --data-dir " + dir.string(), "truncated");
+  fs::remove_all(dir);
+}
+
+TEST(TrainErrors, MismatchedCounts) {
+  fs::path dir = freshDir("mismatch");
+  writeIdxDataset(dir, 20, 10);
+  fs::path other = freshDir("mismatch-other");
+  writeIdxDataset(other, 21, 10);
+  fs::copy_file(other / "train-labels-idx1-ubyte", dir / "train-labels-idx1-ubyte", fs::copy_options::overwrite_existing);
+  expectUsageError("--dataset mnist --data-dir " + dir.string(), "21 labels");
+  fs::remove_all(dir);
+  fs::remove_all(other);
+}
+
+TEST(TrainErrors, CifarTruncated) {
+  fs::path dir = freshDir("cifar-bad");
+  for (const char* f : {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+                        "data_batch_5.bin", "test_batch.bin"}) {
+    std::ofstream(dir / f, std::ios::binary) << std::string(3073, '\1');
+  }
+  fs::resize_file(dir / "data_batch_3.bin", 3000);
+  expectUsageError("--model resnet18 --dataset cifar10 --data-dir " + dir.string(), "data_batch_3.bin");
+  fs::remove_all(dir);
+}
+
+TEST(TrainErrors, ResumeWithoutCheckpoint) {
+  expectUsageError("--dataset synthetic --resume /nonexistent/ckpt", "no checkpoint");
+}
+
+TEST(TrainErrors, HelpIsPassedThrough) {
+  CommandResult r = runXspawn("train --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("--batch-size"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace xs::train::test

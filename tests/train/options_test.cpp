@@ -1,0 +1,77 @@
+// options_test.cpp: option parsing, per-model defaults and the shared-heap plan, in process.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "options.hpp"
+#include "plan.hpp"
+#include "train_error.hpp"
+
+namespace xs::train {
+namespace {
+
+TEST(TrainOptions, DefaultsFollowTheModel) {
+  TrainOptions o = parseOptions({});
+  EXPECT_EQ(o.model, "convnet");
+  EXPECT_EQ(o.optimizer, "adam");
+  TrainOptions a = parseOptions({"--model", "alexnet", "--dataset", "synthetic"});
+  resolveDefaults(a);
+  EXPECT_EQ(a.imageSize, 224);
+  EXPECT_EQ(a.batchSize, 32);
+  EXPECT_EQ(a.epochs, 1);
+  TrainOptions r = parseOptions({"--model", "resnet18", "--data-dir", "/somewhere"});
+  resolveDefaults(r);
+  EXPECT_EQ(r.dataset, "cifar10");
+  EXPECT_EQ(r.optimizer, "sgd");
+  EXPECT_FLOAT_EQ(static_cast<float>(r.momentum), 0.9f);
+  EXPECT_FLOAT_EQ(static_cast<float>(r.weightDecay), 5e-4f);
+  EXPECT_TRUE(r.augment);
+  EXPECT_EQ(r.imageSize, 32);
+}
+
+TEST(TrainOptions, ExplicitValuesWin) {
+  TrainOptions o = parseOptions({"--model", "convnet", "--optimizer", "sgd", "--lr", "1e-4", "--batch-size", "100",
+                                 "--epochs", "3", "--dataset", "synthetic", "--image-size", "32"});
+  resolveDefaults(o);
+  EXPECT_EQ(o.optimizer, "sgd");
+  EXPECT_DOUBLE_EQ(o.lr, 1e-4);
+  EXPECT_EQ(o.batchSize, 100);
+  EXPECT_EQ(o.epochs, 3);
+  EXPECT_EQ(o.imageSize, 32);
+}
+
+TEST(TrainOptions, BadValuesThrow) {
+  EXPECT_THROW(parseOptions({"--batch-size", "0"}), TrainError);
+  EXPECT_THROW(parseOptions({"--model", "vgg"}), TrainError);
+  EXPECT_THROW(parseOptions({"--epochs", "x"}), TrainError);
+  EXPECT_THROW(parseOptions({"--augment", "maybe"}), TrainError);
+  TrainOptions o = parseOptions({"--dataset", "cifar10"});
+  EXPECT_THROW(resolveDefaults(o), TrainError);
+}
+
+TEST(TrainPlan, SharedHeapHoldsTheGradients) {
+  TrainOptions o = parseOptions({"--dataset", "synthetic"});
+  resolveDefaults(o);
+  std::size_t floats = gradientFloats(o);
+  EXPECT_GT(floats, 90000u);  // seed 004's convnet: about 93k parameters
+  std::size_t bytes = sharedHeapBytes(floats);
+  EXPECT_GE(bytes, (floats + kStatFloats) * sizeof(float));
+  auto j = nlohmann::json::parse(makePlan(o));
+  EXPECT_EQ(j["shared_heap_bytes"].get<std::size_t>(), bytes);
+}
+
+TEST(TrainPlan, ErrorsLoseTheirSourceLocation) {
+  TrainOptions o = parseOptions({"--model", "alexnet", "--dataset", "synthetic", "--image-size", "40"});
+  resolveDefaults(o);
+  try {
+    makePlan(o);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    std::string m = userMessage(e);
+    EXPECT_NE(m.find("63"), std::string::npos) << m;
+    EXPECT_EQ(m.find(".cpp:"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace xs::train

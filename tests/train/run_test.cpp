@@ -1,0 +1,125 @@
+// run_test.cpp: real training jobs through `xspawn`: synthetic data and an IDX dataset written
+// by the test, the console output, determinism and N workers x b against 1 worker x N*b.
+#include <cmath>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "train_checkpoint.hpp"
+#include "train_test_util.hpp"
+#include "xspawn/engine/device.hpp"
+#include "xspawn/engine/model.hpp"
+#include "xspawn/engine/optim.hpp"
+
+namespace xs::train::test {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kSmall = "--model mlp --dataset synthetic --train-size 2048 --test-size 512 ";
+
+int countLines(const std::string& text, const std::string& prefix) {
+  int n = 0;
+  for (const std::string& l : lines(text)) n += l.rfind(prefix, 0) == 0;
+  return n;
+}
+
+TEST(TrainRun, SyntheticEndToEnd) {
+  fs::path dir = freshDir("synthetic");
+  CommandResult r = runXspawn("--nprocs 2 -q train " + kSmall + "--epochs 2 --metrics " + (dir / "m.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(countLines(r.out, "epoch 1/2  step"), 1) << r.out;  // not a terminal: one line per epoch
+  EXPECT_EQ(countLines(r.out, "epoch 2/2  step"), 1) << r.out;
+  EXPECT_NE(r.out.find("weights identical on all 2 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step time per rank (ms): min"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("all-reduce"), std::string::npos) << r.out;
+  auto evals = metricLines(dir / "m.jsonl", "eval");
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(evals.back()["count"].get<int>(), 512);  // the whole test set, split across ranks
+  EXPECT_GT(evals.back()["test_accuracy"].get<double>(), 0.8);
+  ASSERT_EQ(metricLines(dir / "m.jsonl", "summary").size(), 1u);
+  fs::remove_all(dir);
+}
+
+TEST(TrainRun, ConvnetOnIdxFiles) {
+  fs::path dir = freshDir("idx");
+  writeIdxDataset(dir / "data", 600, 203);
+  CommandResult r = runXspawn("--nprocs 3 -q train --model convnet --dataset mnist --data-dir " + (dir / "data").string() +
+                              " --epochs 1 --batch-size 20 --metrics " + (dir / "m.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  auto evals = metricLines(dir / "m.jsonl", "eval");
+  ASSERT_EQ(evals.size(), 1u);
+  EXPECT_EQ(evals[0]["count"].get<int>(), 203);  // uneven slices still cover every image once
+  EXPECT_GT(evals[0]["test_accuracy"].get<double>(), 0.5);
+  fs::remove_all(dir);
+}
+
+TEST(TrainRun, Resnet18OnCifarFiles) {
+  // Seed 003's settings are resnet18's defaults: SGD, momentum 0.9, weight decay 5e-4, lr 0.1
+  // decayed by 0.1 every 10 epochs, random crop and flip.
+  fs::path dir = freshDir("cifar");
+  writeCifarDataset(dir / "data", 20, 30);
+  CommandResult r = runXspawn("--nprocs 2 -q train --model resnet18 --dataset cifar10 --data-dir " + (dir / "data").string() +
+                              " --batch-size 8 --max-steps 2 --metrics " + (dir / "m.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("resnet18 on cifar10 32x32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sgd lr 0.1 momentum 0.9 weight decay 0.0005, x0.1 every 10 epochs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("100 train / 30 test images"), std::string::npos) << r.out;
+  auto evals = metricLines(dir / "m.jsonl", "eval");
+  ASSERT_EQ(evals.size(), 1u);
+  EXPECT_EQ(evals[0]["count"].get<int>(), 30);
+  fs::remove_all(dir);
+}
+
+TEST(TrainRun, SameCommandSameWeights) {
+  fs::path dir = freshDir("determinism");
+  const std::string args = "--nprocs 4 -q train " + kSmall + "--optimizer adam --max-steps 12 --eval-every 0 --metrics ";
+  CommandResult a = runXspawn(args + (dir / "a.jsonl").string());
+  CommandResult b = runXspawn(args + (dir / "b.jsonl").string());
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_FALSE(summaryHash(dir / "a.jsonl").empty());
+  EXPECT_EQ(summaryHash(dir / "a.jsonl"), summaryHash(dir / "b.jsonl"));
+  fs::remove_all(dir);
+}
+
+// The flat parameters of the checkpoint in dir.
+std::vector<float> weightsOf(const fs::path& dir) {
+  TrainState s = readTrainState(dir.string());
+  engine::Device dev;
+  engine::ModelConfig cfg;
+  cfg.name = s.model;
+  engine::Model model(dev, cfg);
+  auto opt = engine::makeSgd(dev, model.params().size(), engine::SgdOptions{0.05f, 0.9f});
+  loadTrainCheckpoint(dir.string(), model, *opt);
+  return std::vector<float>(model.params().values(), model.params().values() + model.params().size());
+}
+
+TEST(TrainRun, WorkersTimesBatchEqualsOneWorkerWithTheWholeBatch) {
+  fs::path dir = freshDir("equivalence");
+  const std::string common = kSmall + "--optimizer sgd --lr 0.05 --momentum 0.9 --max-steps 6 --eval-every 0 ";
+  CommandResult four = runXspawn("--nprocs 4 -q train " + common + "--batch-size 8 --checkpoint-dir " + (dir / "n4").string());
+  CommandResult one = runXspawn("--nprocs 1 -q train " + common + "--batch-size 32 --checkpoint-dir " + (dir / "n1").string());
+  ASSERT_EQ(four.status, 0) << four.err;
+  ASSERT_EQ(one.status, 0) << one.err;
+  std::vector<float> a = weightsOf(dir / "n4"), b = weightsOf(dir / "n1");
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0, moved = 0;
+  std::vector<float> init = [] {
+    engine::Device dev;
+    engine::ModelConfig cfg;
+    cfg.name = "mlp";
+    cfg.seed = 1234;
+    engine::Model m(dev, cfg);
+    return std::vector<float>(m.params().values(), m.params().values() + m.params().size());
+  }();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+    moved = std::max(moved, static_cast<double>(std::fabs(a[i] - init[i])));
+  }
+  EXPECT_GT(moved, 1e-3);   // training changed the weights
+  EXPECT_LT(worst, 1e-5);   // and both ways the same, up to float rounding
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace xs::train::test
