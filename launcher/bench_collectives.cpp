@@ -138,8 +138,12 @@ void runSweep(int rank, const BenchConfig& cfg, Results* results) {
                                               std::vector<std::byte>(count * es + 64));
     std::vector<std::byte*> inPlace(rot);
     for (int i = 0; i < rot; ++i) {
-      inPlace[i] = cfg.zeroCopy && op == "allreduce" ? static_cast<std::byte*>(shared_alloc(count * es))
-                                                     : whole[i].data();
+      if (cfg.zeroCopy && op == "allreduce") {
+        inPlace[i] = static_cast<std::byte*>(shared_alloc(count * es));
+        std::memset(inPlace[i], 0, count * es);  // fault the pages in now, as the vectors are
+      } else {
+        inPlace[i] = whole[i].data();
+      }
     }
     auto inPlaceSrc = [&](std::byte* b) { return op == "allgather" ? b + mine.first * es : b; };
     auto inPlaceDst = [&](std::byte* b) { return op == "reducescatter" ? b + mine.first * es : b; };
@@ -245,7 +249,7 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
     ("dtype", po::value<std::string>()->default_value("float"), "float, double, int32, int64, bfloat16")
     ("op", po::value<std::string>()->default_value("sum"), "sum, mean, max, min")
     ("zero-copy", "in-place buffers live in the shared heap (allreduce)")
-    ("zero-copy-min", po::value<std::string>()->default_value("8M"), "with --zero-copy: smallest message reduced in place in the heap")
+    ("zero-copy-min", po::value<std::string>()->default_value("64K"), "with --zero-copy: smallest message reduced in place in the heap")
     ("check", "verify every result; exit non-zero on any wrong value")
     ("peers", po::value<std::string>()->default_value("mpi,gloo"), "peers to run beside: mpi, gloo, none")
     ("json", po::value<std::string>(), "write every row, with the peers' figures, to FILE");

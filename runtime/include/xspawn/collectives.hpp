@@ -33,9 +33,9 @@ struct CollectiveOptions {
   Algorithm algorithm = Algorithm::kAuto;
   int psServers = 1;  // kParameterServer: how many ranks hold a shard of the parameters
   // An in-place all-reduce of a shared-heap buffer at least this large reduces straight in
-  // the ranks' buffers (zero-copy); smaller ones go through the staging buffers, which is
-  // faster while the data sits in the cores' caches (measured: docs/benchmarks.md).
-  std::size_t zeroCopyMinBytes = 8u << 20;
+  // the ranks' buffers (zero-copy); smaller ones take one-shot through the staging buffers,
+  // whose single sync is faster for a few KiB (measured: docs/benchmarks.md).
+  std::size_t zeroCopyMinBytes = 64u << 10;
 };
 
 std::size_t dtypeSize(DType type);
