@@ -92,15 +92,14 @@ void Collectives::stageChunks(const std::byte* in, std::size_t count, std::size_
 void Collectives::allReduceSliced(const std::byte* in, std::byte* out, std::size_t count, DType type,
                                   ReduceOp op, int slicers) {
   const std::size_t es = dtypeSize(type);
-  std::vector<const void*> srcs(world_);
   stageChunks(in, count, es, [&](std::size_t at, std::size_t n, int par) {
     // The first `slicers` ranks each reduce one slice of the chunk from every staging buffer
     // (rank order) into their own; nobody else reads that slice of theirs in this phase.
     if (rank_ < slicers) {
       const Slice s = slice_of(n, rank_, slicers);
-      for (int k = 0; k < world_; ++k) srcs[k] = arena_.stage(k, par) + s.first * es;
+      for (int k = 0; k < world_; ++k) srcs_[k] = arena_.stage(k, par) + s.first * es;
       void* d[1] = {arena_.stage(rank_, par) + s.first * es};
-      reduceInto(type, op, srcs.data(), world_, d, 1, s.size, world_);
+      reduceInto(type, op, srcs_.data(), world_, d, 1, s.size, world_);
     }
     sync();  // every slice is reduced
     for (int j = 0; j < slicers; ++j) {
@@ -113,27 +112,24 @@ void Collectives::allReduceSliced(const std::byte* in, std::byte* out, std::size
 void Collectives::allReduceOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type,
                                    ReduceOp op) {
   const std::size_t es = dtypeSize(type);
-  std::vector<const void*> srcs(world_);
   stageChunks(in, count, es, [&](std::size_t at, std::size_t n, int par) {
-    for (int k = 0; k < world_; ++k) srcs[k] = arena_.stage(k, par);
+    for (int k = 0; k < world_; ++k) srcs_[k] = arena_.stage(k, par);
     void* d[1] = {out + at * es};
-    reduceInto(type, op, srcs.data(), world_, d, 1, n, world_);
+    reduceInto(type, op, srcs_.data(), world_, d, 1, n, world_);
   });
 }
 
 void Collectives::allReduceZeroCopy(std::uint64_t offset, std::size_t count, DType type, ReduceOp op) {
   const std::size_t es = dtypeSize(type);
   const Slice s = slice_of(count, rank_, world_);
-  std::vector<const void*> srcs(world_);
-  std::vector<void*> dsts(world_);
   for (int k = 0; k < world_; ++k) {
-    dsts[k] = arena_.heap(k) + offset + s.first * es;
-    srcs[k] = dsts[k];
+    dsts_[k] = arena_.heap(k) + offset + s.first * es;
+    srcs_[k] = dsts_[k];
   }
   sync();  // every rank's input is complete
   // My slice, reduced from every rank's buffer and written back into every rank's buffer:
   // only this rank touches this slice anywhere, so reading and writing in place is safe.
-  reduceInto(type, op, srcs.data(), world_, dsts.data(), world_, s.size, world_);
+  reduceInto(type, op, srcs_.data(), world_, dsts_.data(), world_, s.size, world_);
   sync();  // every slice is everywhere
 }
 

@@ -104,7 +104,9 @@ Collectives::Collectives(Context& context)
       arena_(*context.segment),
       ring_(*context.segment, *context.control),
       rank_(context.control->rank()),
-      world_(context.control->worldSize()) {}
+      world_(context.control->worldSize()),
+      srcs_(world_),
+      dsts_(world_) {}
 
 void Collectives::begin(OpKind kind, const CollectiveOptions& options, std::string_view description,
                         std::uint64_t detail) {
@@ -112,9 +114,7 @@ void Collectives::begin(OpKind kind, const CollectiveOptions& options, std::stri
     control_.enterOp(kind, description.substr(0, kTagBytes - 1), detail);
   } else {
     // The user's tag and the arguments both show, so that a mismatch of either is visible.
-    std::string tag = options.tag + ": " + std::string(description);
-    if (tag.size() >= kTagBytes) tag.resize(kTagBytes - 1);
-    control_.enterOp(kind, tag, detail);
+    control_.enterOp(kind, Description("{}: {}", options.tag, description).view(), detail);
   }
   deadline_ = Clock::now() + (options.timeout.count() > 0 ? options.timeout : control_.timeout());
 }
@@ -213,14 +213,13 @@ void Collectives::reduceScatter(const void* in, void* out, std::size_t count, DT
   if (world_ == 1) {
     if (count) scaleCopy(type, src, dst, count, 1);
   } else {
-    std::vector<const void*> srcs(world_);
     stageChunks(src, count, es, [&](std::size_t at, std::size_t n, int par) {
       // The part of my slice inside this chunk's [at, at + n).
       const std::size_t lo = std::max(at, mine.first), hi = std::min(at + n, mine.first + mine.size);
       if (lo < hi) {
-        for (int k = 0; k < world_; ++k) srcs[k] = arena_.stage(k, par) + (lo - at) * es;
+        for (int k = 0; k < world_; ++k) srcs_[k] = arena_.stage(k, par) + (lo - at) * es;
         void* d[1] = {dst + (lo - mine.first) * es};
-        reduceInto(type, op, srcs.data(), world_, d, 1, hi - lo, world_);
+        reduceInto(type, op, srcs_.data(), world_, d, 1, hi - lo, world_);
       }
     });
   }

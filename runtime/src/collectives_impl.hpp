@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -80,6 +81,9 @@ class Collectives {
   RingLink ring_;
   int rank_;
   int world_;
+  // Every rank's source / destination pointer for one reduction: kept, not allocated per call.
+  std::vector<const void*> srcs_;
+  std::vector<void*> dsts_;
   std::uint64_t stageUses_ = 0;
   std::size_t heapUsed_ = 0;
   Clock::time_point deadline_{};

@@ -397,10 +397,8 @@ void Supervisor::finish() {
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
-    int sig = 0;
     timespec zero{};
     sigtimedwait(&chld, nullptr, &zero);
-    (void)sig;
   }
   ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
   phase_ = Phase::kDone;
@@ -453,9 +451,7 @@ JobReport Supervisor::buildReport() const {
       allZero = false;
       // The root cause: the earliest failure that was the rank's own (not a consequence of
       // the abort), else the earliest failure.
-      double t = w.endSeconds;
-      std::uint64_t errNs = slot.errorTimeNs.load(std::memory_order_relaxed);
-      (void)errNs;
+      const double t = w.endSeconds;
       if (rep.rootCause < 0 || (bestSecondary && !o.secondary) ||
           (bestSecondary == o.secondary && t < bestTime)) {
         rep.rootCause = r;
