@@ -62,7 +62,9 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
         detail);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
-  if (world_ == 1) {
+  if (acrossMachines()) {
+    if (count > 0) allReduceMachines(src, dst, count, type, op, zeroCopy, offset);
+  } else if (world_ == 1) {
     if (count) scaleCopy(type, src, dst, count, 1);
   } else if (count > 0) {
     switch (algo) {

@@ -106,7 +106,14 @@ Collectives::Collectives(Context& context)
       rank_(context.control->rank()),
       world_(context.control->worldSize()),
       srcs_(world_),
-      dsts_(world_) {}
+      dsts_(world_) {
+  if (machineClient().active()) {
+    machine_ = &machineClient();
+    machines_ = machine_->machines();
+    globalRank_ = context.rank;
+    globalWorld_ = context.worldSize;
+  }
+}
 
 void Collectives::begin(OpKind kind, const CollectiveOptions& options, std::string_view description,
                         std::uint64_t detail) {
@@ -141,6 +148,7 @@ void* Collectives::sharedAlloc(std::size_t bytes) {
 
 void Collectives::broadcast(void* data, std::size_t count, DType type, int root,
                             const CollectiveOptions& options) {
+  if (acrossMachines()) return broadcastMachines(data, count, type, root, options);
   if (root < 0 || root >= world_) {
     XS_THROW(UsageError, fmt::format("broadcast: root {} is not a rank of this job (0-{})", root, world_ - 1));
   }
@@ -171,38 +179,44 @@ void Collectives::broadcast(void* data, std::size_t count, DType type, int root,
 
 void Collectives::allGather(const void* in, void* out, std::size_t count, DType type,
                             const CollectiveOptions& options) {
+  if (acrossMachines()) return allGatherMachines(in, out, count, type, options);
   const std::size_t es = dtypeSize(type);
   begin(OpKind::kAllGather, options, Description("{}[{}]", dtypeName(type), count).view(),
         (count << 8) ^ static_cast<std::uint64_t>(type));
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
-  const Slice mine = slice_of(count, rank_, world_);
   if (world_ == 1) {
     if (count) std::memmove(dst, src, count * es);
   } else {
-    // Rounds of at most one staging buffer per rank; the largest slice (rank 0's) decides
-    // how many, the same on every rank.
-    const std::size_t perRound = chunkElements(es);
-    const std::size_t largest = slice_of(count, 0, world_).size;
-    for (std::size_t at = 0; at < largest; at += perRound) {
-      const int par = nextParity();
-      if (at < mine.size) {
-        std::memcpy(arena_.stage(rank_, par), src + at * es, std::min(perRound, mine.size - at) * es);
-      }
-      sync();
-      for (int k = 0; k < world_; ++k) {
-        const Slice s = slice_of(count, k, world_);
-        if (at < s.size) {
-          std::memcpy(dst + (s.first + at) * es, arena_.stage(k, par), std::min(perRound, s.size - at) * es);
-        }
-      }
-    }
+    allGatherStaged(src, dst, count, es);
   }
   end();
 }
 
+void Collectives::allGatherStaged(const std::byte* src, std::byte* dst, std::size_t count, std::size_t es) {
+  const Slice mine = slice_of(count, rank_, world_);
+  // Rounds of at most one staging buffer per rank; the largest slice (rank 0's) decides
+  // how many, the same on every rank.
+  const std::size_t perRound = chunkElements(es);
+  const std::size_t largest = slice_of(count, 0, world_).size;
+  for (std::size_t at = 0; at < largest; at += perRound) {
+    const int par = nextParity();
+    if (at < mine.size) {
+      std::memcpy(arena_.stage(rank_, par), src + at * es, std::min(perRound, mine.size - at) * es);
+    }
+    sync();
+    for (int k = 0; k < world_; ++k) {
+      const Slice s = slice_of(count, k, world_);
+      if (at < s.size) {
+        std::memcpy(dst + (s.first + at) * es, arena_.stage(k, par), std::min(perRound, s.size - at) * es);
+      }
+    }
+  }
+}
+
 void Collectives::reduceScatter(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
                                 const CollectiveOptions& options) {
+  if (acrossMachines()) return reduceScatterMachines(in, out, count, type, op, options);
   const std::size_t es = dtypeSize(type);
   begin(OpKind::kReduceScatter, options,
         Description("{} {}[{}]", reduceOpName(op), dtypeName(type), count).view(),

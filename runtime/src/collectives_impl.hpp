@@ -15,6 +15,7 @@
 #include "arena.hpp"
 #include "context.hpp"
 #include "fifo.hpp"
+#include "machine_client.hpp"
 #include "xspawn/collectives.hpp"
 
 namespace xs::detail {
@@ -74,6 +75,20 @@ class Collectives {
   void allReduceRing(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
   void ringStep(std::byte* data, std::size_t elem, std::size_t sendFirst, std::size_t sendCount,
                 std::size_t recvFirst, std::size_t recvCount, DType type, ReduceOp op, bool reduce);
+  // Every rank's slice of `count` elements (slice_of(count, r, N)) to every rank, through the
+  // staging buffers; `in` is this rank's slice.
+  void allGatherStaged(const std::byte* in, std::byte* out, std::size_t count, std::size_t es);
+
+  // Jobs spanning machines (hierarchical.cpp): each op does its part on this machine over
+  // shared memory and hands the cross-machine part to the launcher's proxy.
+  bool acrossMachines() const { return machines_ > 1; }
+  void allReduceMachines(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op,
+                         bool zeroCopy, std::uint64_t offset);
+  void broadcastMachines(void* data, std::size_t count, DType type, int root, const CollectiveOptions& options);
+  void broadcastChunks(std::byte* data, std::size_t bytes, int rootMachine, int rootRank);
+  void allGatherMachines(const void* in, void* out, std::size_t count, DType type, const CollectiveOptions& options);
+  void reduceScatterMachines(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
+                             const CollectiveOptions& options);
 
   Context& context_;
   ControlPlane& control_;
@@ -84,6 +99,10 @@ class Collectives {
   // Every rank's source / destination pointer for one reduction: kept, not allocated per call.
   std::vector<const void*> srcs_;
   std::vector<void*> dsts_;
+  MachineClient* machine_ = nullptr;  // set when the job spans machines
+  int machines_ = 1;
+  int globalRank_ = 0;
+  int globalWorld_ = 1;
   std::uint64_t stageUses_ = 0;
   std::size_t heapUsed_ = 0;
   Clock::time_point deadline_{};

@@ -15,6 +15,7 @@
 namespace xs::detail {
 
 class Collectives;
+class MachineClient;
 
 struct Context {
   Segment* segment = nullptr;              // the job's segment
@@ -27,6 +28,8 @@ struct Context {
   std::string jobId;
   DeviceInfo device;
   std::unique_ptr<Collectives> collectives;  // created on first use
+  std::unique_ptr<MachineClient> machineClient;  // created on first use
+  ~Context();
 };
 
 // The process's context, or nullptr before init.

@@ -36,6 +36,10 @@ class ControlPlane {
   Segment& segment() { return segment_; }
   Waiter& waiter() { return waiter_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // The op this rank entered last: sequence number, hash (tag and arguments) and tag.
+  std::uint64_t opSeq() const { return seq_; }
+  std::uint64_t opHash() const { return hash_; }
+  const std::string& opTag() const { return tag_; }
 
   // Publishes "this rank is now in op `tag`" with the next sequence number and fails at once
   // (DivergenceError) if a peer already sits at that sequence number with another tag.

@@ -32,8 +32,12 @@ std::string JobReport::text() const {
                        seconds);
   }
   const RankOutcome* root = rootCause >= 0 ? &ranks[rootCause] : nullptr;
-  std::string headline = root ? fmt::format("rank {} {}", root->rank, root->describeEnd())
-                              : std::string("no rank failed");
+  std::string headline = root                   ? fmt::format("rank {} {}", root->rank, root->describeEnd())
+                         : !machineCause.empty() ? machineCause
+                                                 : std::string("no rank failed");
+  if (machines > 1) {
+    headline = fmt::format("[machine {} of {}{}] {}", machine, machines, host.empty() ? "" : " (" + host + ")", headline);
+  }
   if (!interruptedBy.empty()) {
     out += fmt::format("xspawn: job '{}' interrupted by {}; {}\n", jobId, interruptedBy, headline);
   } else {
@@ -49,6 +53,10 @@ std::string JobReport::text() const {
       out += fmt::format("  last output of rank {}:\n", root->rank);
       for (const std::string& line : root->outputTail) out += "    | " + line + "\n";
     }
+  }
+  if (!root && !machineCause.empty()) {
+    out += "root cause (on another machine, or between machines):\n";
+    out += fmt::format("  {}\n", machineCause);
   }
   if (!abortText.empty()) out += fmt::format("job aborted ({}): {}\n", abortReason, abortText);
   std::string others;
@@ -80,6 +88,10 @@ std::string JobReport::json() const {
   doc["abort"] = abortReason.empty() ? json(nullptr)
                                      : json{{"reason", abortReason}, {"message", abortText}};
   doc["ranks_at"] = ranksAt;
+  doc["machine"] = machine;
+  doc["machines"] = machines;
+  doc["host"] = host;
+  doc["machine_cause"] = machineCause.empty() ? json(nullptr) : json(machineCause);
   auto rankJson = [](const RankOutcome& r) {
     json j;
     j["rank"] = r.rank;

@@ -60,6 +60,7 @@ void writeHeader(SegmentHeader& h, const SegmentConfig& c) {
   h.stageOffset = g.stageOffset();
   h.fifoOffset = g.fifoOffset();
   h.heapOffset = g.heapOffset();
+  h.machineOffset = g.machineBytes() ? g.machineOffset() : 0;
   h.launcherPid = getpid();
   h.launcherStartTicks = processStartTicks(getpid());
   h.createdUnixNs = nowUnixNs();

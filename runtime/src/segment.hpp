@@ -59,6 +59,14 @@ class Segment {
            parity * header().payloadChunk;
   }
   std::byte* arena() const { return base_ + header().arenaOffset; }
+  // The machine channel of a job spanning machines, nullptr on one machine.
+  MachineChannel* machineChannel() const {
+    const std::uint64_t at = header().machineOffset;
+    return at ? reinterpret_cast<MachineChannel*>(arena() + at) : nullptr;
+  }
+  std::byte* machineBuffer() const {
+    return reinterpret_cast<std::byte*>(machineChannel()) + sizeof(MachineChannel);
+  }
   std::uint64_t offsetOf(const void* p) const {
     return static_cast<std::uint64_t>(static_cast<const std::byte*>(p) - base_);
   }

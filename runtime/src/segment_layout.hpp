@@ -4,6 +4,7 @@
 //   rankSlotsOffset     RankSlot x N         one per rank, written mostly by that rank
 //   payloadOffset       N x payloadStride    rendezvous payload chunks, 2 parities per rank
 //   arenaOffset         arenaBytes           collectives' buffers (ring slots, zero-copy tensors)
+//                                            and, in a job spanning machines, the machine channel
 //
 // Every cross-process word is a lock-free std::atomic living inside the mapping; nothing in
 // the segment is a pointer (only offsets from its base), so any process may map it anywhere.
@@ -20,7 +21,7 @@ namespace xs::detail {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x314e574150535858ULL;  // "XXSPAWN1"
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::size_t kTagBytes = 64;      // a tag holds at most 63 characters
 inline constexpr std::size_t kErrorBytes = 2048;  // a worker's recorded error message
 inline constexpr std::size_t kAbortTextBytes = 4096;
@@ -73,6 +74,7 @@ enum class AbortReason : std::uint32_t {
   kDivergence = 2,   // ranks reached different rendezvous points / collectives
   kTimeout = 3,      // a rendezvous or collective passed its deadline
   kInterrupted = 4,  // the launcher was asked to stop (Ctrl-C, SIGTERM)
+  kMachineFailed = 5,  // another machine of the job failed (rank field: none)
 };
 
 // What a rank is doing, as the launcher sees it.
@@ -153,6 +155,7 @@ struct alignas(kCacheLine) SegmentHeader {
   std::uint64_t stageOffset;
   std::uint64_t fifoOffset;
   std::uint64_t heapOffset;
+  std::uint64_t machineOffset;  // the MachineChannel, 0 when the job runs on one machine
   // Lines 7..: the first abort's explanation (written once, by the abort winner, before
   // it wakes anyone; read after the abort word is seen).
   alignas(kCacheLine) AtomicText<kAbortTextBytes> abortText;
@@ -165,7 +168,7 @@ static_assert(offsetof(SegmentHeader, generation) == 5 * kCacheLine);
 static_assert(offsetof(SegmentHeader, stageBytes) == 6 * kCacheLine);
 static_assert(offsetof(SegmentHeader, abortText) == 7 * kCacheLine);
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0);
-static_assert(sizeof(SegmentHeader) == 7 * kCacheLine + kAbortTextBytes, "layout version 1");
+static_assert(sizeof(SegmentHeader) == 7 * kCacheLine + kAbortTextBytes, "layout version 2");
 
 struct alignas(kCacheLine) RankSlot {
   // Line 0, written by the rank, read by peers checking divergence: the op (rendezvous or
@@ -202,7 +205,7 @@ static_assert(offsetof(RankSlot, pid) == 2 * kCacheLine);
 static_assert(offsetof(RankSlot, syncCount) == 3 * kCacheLine);
 static_assert(offsetof(RankSlot, errorText) == 4 * kCacheLine);
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
-static_assert(sizeof(RankSlot) == 4 * kCacheLine + kErrorBytes, "layout version 1");
+static_assert(sizeof(RankSlot) == 4 * kCacheLine + kErrorBytes, "layout version 2");
 
 // One ring FIFO's control words (the FIFO carrying data from rank r-1 to rank r), followed
 // in the arena by its slots. head: slots the producer has filled; tail: slots the consumer
@@ -219,6 +222,52 @@ static_assert(offsetof(FifoControl, tail) == kCacheLine);
 static_assert(offsetof(FifoControl, slotBytes) == 2 * kCacheLine);
 static_assert(sizeof(FifoControl) == 4 * kCacheLine);
 
+// What local rank 0 asks of the launcher's machine proxy (machine_proxy.hpp).
+enum class MachineOpKind : std::uint32_t {
+  kRendezvous = 1,  // gather every machine's payload blob (the channel buffer) and tag
+  kAllReduce = 2,   // all-reduce, in place, each local rank's slice of a staged chunk or heap tensor
+  kBroadcast = 3,   // broadcast a local rank's staging chunk from one machine to all
+};
+
+// The cross-machine channel, present when a job spans machines. Local rank 0 posts one
+// request at a time (all local ranks have synchronised before it), the launcher's proxy
+// thread serves it over the machines' transport (MPI) and publishes its sequence number in
+// doneSeq; every local rank waits for that. The buffer after the channel carries rendezvous
+// payloads both ways.
+struct alignas(kCacheLine) MachineChannel {
+  // Line 0: written by the launcher before any worker starts.
+  std::uint32_t machine;
+  std::uint32_t machines;
+  std::uint64_t bufferBytes;  // the payload buffer right after this struct
+  // Line 1: the request. Local rank 0 writes the plain fields, then requestSeq (release);
+  // the proxy reads requestSeq (acquire), then the fields.
+  alignas(kCacheLine) std::atomic<std::uint64_t> requestSeq;
+  std::uint32_t kind;  // MachineOpKind
+  std::uint32_t dtype;
+  std::uint32_t op;
+  std::uint32_t parity;   // kAllReduce from staging / kBroadcast: which staging buffers
+  std::int32_t root;      // kBroadcast: the machine that has the data
+  std::int32_t rootRank;  // kBroadcast: whose staging buffer holds it (local rank)
+  std::uint64_t count;    // elements (kAllReduce), bytes (kBroadcast, kRendezvous)
+  std::uint64_t heapOffset;  // kAllReduce: ~0 for staging, else the tensor's heap offset
+  std::uint64_t opSeq;       // the op this request belongs to, checked across machines
+  std::uint64_t opHash;
+  // Line 2: the op's tag text, for a divergence report across machines.
+  alignas(kCacheLine) char opTag[kTagBytes];
+  // Line 3: written by the proxy: the last request served (release: its results are in place).
+  alignas(kCacheLine) std::atomic<std::uint64_t> doneSeq;
+  std::atomic<std::uint32_t> doneSleepers;
+  std::uint32_t reserved;
+  std::uint64_t resultBytes;  // kRendezvous: bytes of the gathered result in the buffer
+  // Line 4: written by the proxy: it has joined the machines (1) and their handshake passed.
+  alignas(kCacheLine) std::atomic<std::uint32_t> joined;
+};
+static_assert(offsetof(MachineChannel, requestSeq) == 1 * kCacheLine);
+static_assert(offsetof(MachineChannel, opTag) == 2 * kCacheLine);
+static_assert(offsetof(MachineChannel, doneSeq) == 3 * kCacheLine);
+static_assert(offsetof(MachineChannel, joined) == 4 * kCacheLine);
+static_assert(sizeof(MachineChannel) == 5 * kCacheLine);
+
 inline constexpr std::uint64_t alignUp(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
 // Sizes of the collectives' arena: staging buffers (two parities per rank), one ring FIFO per
@@ -228,6 +277,7 @@ struct CollectiveGeometry {
   std::uint64_t ringSlots = 0;
   std::uint64_t ringSlotBytes = 0;
   std::uint64_t heapBytes = 0;
+  std::uint64_t machineBufferBytes = 0;  // > 0: the job spans machines (MachineChannel + buffer)
 };
 
 // Geometry of a segment, computed identically by creator and attacher.
@@ -251,7 +301,11 @@ struct SegmentGeometry {
   }
   std::uint64_t heapOffset() const { return fifoOffset() + worldSize * fifoStride(); }
   std::uint64_t heapStride() const { return alignUp(coll.heapBytes, 4096); }
-  std::uint64_t arenaBytes() const { return heapOffset() + worldSize * heapStride(); }
+  std::uint64_t machineOffset() const { return heapOffset() + worldSize * heapStride(); }
+  std::uint64_t machineBytes() const {
+    return coll.machineBufferBytes ? alignUp(sizeof(MachineChannel) + coll.machineBufferBytes, 4096) : 0;
+  }
+  std::uint64_t arenaBytes() const { return machineOffset() + machineBytes(); }
   std::uint64_t totalBytes() const { return arenaOffset() + arenaBytes(); }
 };
 

@@ -93,7 +93,19 @@ void Supervisor::prepare() {
   if (world_ < 1) {
     XS_THROW(UsageError, fmt::format("the number of processes must be at least 1 (got {})", world_));
   }
-  jobId_ = options_.jobId.empty() ? generateJobId() : options_.jobId;
+  place_ = detectMachines();
+  if (place_.machines > 1) {
+    // One job id for all machines (mpirun's job), and a segment per machine.
+    const char* mpiJob = std::getenv("PMIX_NAMESPACE");
+    std::string base = !options_.jobId.empty() ? options_.jobId
+                       : mpiJob                 ? fmt::format("mpi{}", std::hash<std::string>{}(mpiJob) % 100000000)
+                                                : generateJobId();
+    validateJobId(base);
+    jobId_ = fmt::format("{}.m{}", base, place_.machine);
+    transport_ = loadMpiTransport();
+  } else {
+    jobId_ = options_.jobId.empty() ? generateJobId() : options_.jobId;
+  }
   validateJobId(jobId_);
   if (options_.startMethod == StartMethod::kExec) {
     execArgv_ = options_.program.empty() ? selfArgv() : options_.program;
@@ -102,6 +114,10 @@ void Supervisor::prepare() {
     XS_THROW(UsageError, "the fork start method needs a worker function; run a program with exec");
   }
 
+  // Under mpirun every machine writes its own logs: DIR/machine-<k> (DIR may be shared).
+  if (place_.machines > 1 && !options_.logDir.empty()) {
+    options_.logDir += fmt::format("/machine-{}", place_.machine);
+  }
   std::vector<spdlog::sink_ptr> sinks;
   auto console = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   console->set_level(options_.quiet ? spdlog::level::warn : spdlog::level::info);
@@ -141,11 +157,22 @@ void Supervisor::prepare() {
   config.geometry.coll.ringSlots = options_.ringSlots;
   config.geometry.coll.ringSlotBytes = roundTo64(options_.ringSlotBytes);
   config.geometry.coll.heapBytes = options_.sharedHeapBytes;
+  if (place_.machines > 1) config.geometry.coll.machineBufferBytes = roundTo64(options_.machineBufferBytes);
   config.timeoutMs = options_.timeout.count();
   config.waitMode = static_cast<std::uint32_t>(options_.waitPolicy);
   segment_ = Segment::create(config);
+  if (MachineChannel* ch = segment_->machineChannel()) {
+    ch->machine = static_cast<std::uint32_t>(place_.machine);
+    ch->machines = static_cast<std::uint32_t>(place_.machines);
+    ch->bufferBytes = config.geometry.coll.machineBufferBytes;
+  }
   output_ = std::make_unique<OutputForwarder>(world_, options_.tagOutput, options_.logDir);
   cpus_ = allowedCpus();
+  if (place_.machines > 1 && static_cast<int>(cpus_.size()) < std::min(world_, onlineCores())) {
+    log_->warn("machine {}: {} binds this launcher to {} of {} CPUs, so its {} workers share them: start "
+               "mpirun with --bind-to none (docs/cluster.md)",
+               place_.machine, place_.via, cpus_.size(), onlineCores(), world_);
+  }
   workers_.resize(world_);
 }
 
@@ -172,15 +199,20 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
     CPU_SET(cpu, &set);
     if (::sched_setaffinity(0, sizeof set, &set) != 0) childFail("cannot bind to core", std::strerror(errno));
   }
-  ::setenv(kEnvRank, std::to_string(rank).c_str(), 1);
+  const int globalRank = place_.machine * world_ + rank;
+  ::setenv(kEnvRank, std::to_string(globalRank).c_str(), 1);
   ::setenv(kEnvLocalRank, std::to_string(rank).c_str(), 1);
-  ::setenv(kEnvWorldSize, std::to_string(world_).c_str(), 1);
+  ::setenv(kEnvWorldSize, std::to_string(place_.machines * world_).c_str(), 1);
   ::setenv(kEnvLocalWorldSize, std::to_string(world_).c_str(), 1);
   ::setenv(kEnvJobId, jobId_.c_str(), 1);
   ::setenv(kEnvShm, segment_->name().c_str(), 1);
   ::setenv(kEnvTimeoutMs, std::to_string(options_.timeout.count()).c_str(), 1);
   ::setenv(kEnvCpu, std::to_string(cpu).c_str(), 1);
   ::setenv(kEnvWait, std::to_string(static_cast<int>(options_.waitPolicy)).c_str(), 1);
+  // MPI belongs to the launcher: a worker that starts an MPI program must not take its place.
+  if (place_.machines > 1) {
+    for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"}) ::unsetenv(v);
+  }
   // One thread per emulated core, as torchrun does, unless the user said otherwise.
   ::setenv("OMP_NUM_THREADS", "1", 0);
   for (const std::string& kv : options_.extraEnv) ::putenv(const_cast<char*>(kv.c_str()));
@@ -201,16 +233,16 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
     ::_exit(127);
   }
   WorkerPlace place;
-  place.rank = rank;
+  place.rank = globalRank;
   place.localRank = rank;
-  place.worldSize = world_;
+  place.worldSize = place_.machines * world_;
   place.localWorldSize = world_;
   place.cpu = cpu;
   place.jobId = jobId_;
   place.timeout = options_.timeout;
   place.waitMode = static_cast<WaitMode>(options_.waitPolicy);
   attachInherited(*segment_, place);
-  int code = runWorkerFunction(fn_, rank, options_.flags);
+  int code = runWorkerFunction(fn_, globalRank, options_.flags);
   std::fflush(stdout);
   std::fflush(stderr);
   // The worker's process ends with its function; _exit, not exit: the parent's atexit
@@ -310,11 +342,25 @@ void Supervisor::onWorkerEnd(int r) {
   outcome.started = outcome.exited = true;
   outcome.exitCode = w.exitCode;
   outcome.signal = w.signal;
-  std::string text = fmt::format("rank {} (pid {}) {}", r, w.pid, outcome.describeEnd());
+  std::string text = place_.machines > 1
+                         ? fmt::format("rank {} (local rank {}, pid {}) {}", place_.machine * world_ + r, r, w.pid,
+                                       outcome.describeEnd())
+                         : fmt::format("rank {} (pid {}) {}", r, w.pid, outcome.describeEnd());
   if (slot.errorKind.load(std::memory_order_acquire) != 0) text += ": " + slot.errorText.load();
   log_->debug("{} after {:.3f} s", text, w.endSeconds);
   // Every rank waiting in a rendezvous or collective gives up now, naming this rank.
   ControlPlane::raiseAbort(*segment_, AbortReason::kRankFailed, r, text);
+  if (proxy_ && machineCause_.empty()) {
+    // The other machines hear of this machine's root cause: the job's first abort (which a
+    // failing rank raises itself, before a peer it woke can fail and be reaped first),
+    // else this rank's end. Another machine's failure is not news to them.
+    const SegmentHeader& h = segment_->header();
+    const std::uint64_t word = h.abortWord.load(std::memory_order_acquire);
+    std::string line = word != 0 && word != kAbortPending && abortReasonOf(word) != AbortReason::kMachineFailed
+                           ? h.abortText.load()
+                           : text;
+    proxy_->reportFailure(w.signal ? 128 + w.signal : w.exitCode, line);
+  }
   stopAfterFailure();
 }
 
@@ -362,6 +408,8 @@ void Supervisor::loop() {
       timeoutMs = static_cast<int>(std::clamp<long long>(ms, 0, 1000));
     }
     std::vector<pollfd> fds{pollfd{signalFd_, POLLIN, 0}};
+    if (proxy_) fds.push_back(pollfd{proxy_->eventFd(), POLLIN, 0});
+    const std::size_t firstOutput = fds.size();
     output_->appendPollFds(fds);
     int n = ::poll(fds.data(), fds.size(), timeoutMs);
     if (n < 0 && errno != EINTR) XS_THROW(SystemError, fmt::format("poll: {}", std::strerror(errno)));
@@ -372,15 +420,40 @@ void Supervisor::loop() {
       }
       reap();
     }
-    for (std::size_t i = 1; i < fds.size(); ++i)
+    if (proxy_ && (fds[1].revents & POLLIN)) onMachineEvents();
+    for (std::size_t i = firstOutput; i < fds.size(); ++i)
       if (fds[i].revents) output_->onReadable(fds[i].fd);
     // SIGCHLD may coalesce or race with the read above; reaping is cheap and idempotent.
     reap();
   }
 }
 
+void Supervisor::joinMachines() {
+  if (!transport_) return;
+  proxy_ = std::make_unique<MachineProxy>(*segment_, std::move(transport_));
+  proxy_->start();
+  log_->debug("machine {} of {}: MPI proxy started", place_.machine, place_.machines);
+}
+
+void Supervisor::onMachineEvents() {
+  for (MachineProxy::Event& e : proxy_->takeEvents()) {
+    if (machineCause_.empty()) {
+      machineCause_ = e.text;
+      machineCauseCode_ = e.remote && e.notice.exitCode != 0 ? e.notice.exitCode : 1;
+    }
+    log_->error("{}", e.text);
+    stopAfterFailure();
+  }
+}
+
 void Supervisor::finish() {
   output_->drain(kDrainMs);
+  if (proxy_) {
+    bool clean = machineCause_.empty() && interruptedBy_.empty();
+    for (const Worker& w : workers_) clean = clean && w.reaped && w.signal == 0 && w.exitCode == 0;
+    proxy_->stop(clean);
+    onMachineEvents();
+  }
   // Anything a worker left behind in the job's process group (a daemonised helper, a
   // grandchild still holding a pipe) goes with the job.
   if (pgid_ > 0) ::killpg(pgid_, SIGKILL);
@@ -420,6 +493,7 @@ JobReport Supervisor::buildReport() const {
       case AbortReason::kDivergence: rep.abortReason = "divergence"; break;
       case AbortReason::kTimeout: rep.abortReason = "timeout"; break;
       case AbortReason::kInterrupted: rep.abortReason = "interrupted"; break;
+      case AbortReason::kMachineFailed: rep.abortReason = "machine failed"; break;
       default: rep.abortReason = "unknown"; break;
     }
     rep.abortText = h.abortText.load();
@@ -432,7 +506,8 @@ JobReport Supervisor::buildReport() const {
     const Worker& w = workers_[r];
     const RankSlot& slot = segment_->slot(r);
     RankOutcome o;
-    o.rank = o.localRank = r;
+    o.rank = place_.machine * world_ + r;
+    o.localRank = r;
     o.pid = w.pid;
     o.started = w.pid > 0;
     o.exited = w.reaped;
@@ -461,6 +536,18 @@ JobReport Supervisor::buildReport() const {
     }
     rep.ranks.push_back(std::move(o));
   }
+  rep.machine = place_.machine;
+  rep.machines = place_.machines;
+  if (proxy_) {
+    auto hosts = proxy_->hosts();
+    if (place_.machine < static_cast<int>(hosts.size())) rep.host = hosts[place_.machine];
+  }
+  // Another machine's failure is the root cause when no rank here failed on its own.
+  if (!machineCause_.empty() && (rep.rootCause < 0 || bestSecondary)) {
+    rep.machineCause = machineCause_;
+    rep.rootCause = -1;
+    allZero = false;
+  }
   if (allZero && interruptedBy_.empty()) {
     rep.status = "succeeded";
     rep.exitCode = 0;
@@ -469,6 +556,8 @@ JobReport Supervisor::buildReport() const {
     if (rep.rootCause >= 0) {
       const RankOutcome& root = rep.ranks[rep.rootCause];
       rep.exitCode = root.signal ? 128 + root.signal : root.exitCode;
+    } else if (!rep.machineCause.empty()) {
+      rep.exitCode = machineCauseCode_;
     } else {
       rep.exitCode = 128 + (interrupts_ ? SIGINT : 0);
     }
@@ -484,6 +573,7 @@ JobResult Supervisor::run() {
              segment_->name(), segment_->size() / 1024);
   try {
     startWorkers();
+    joinMachines();
     loop();
   } catch (...) {
     // Never leave workers or the segment behind, whatever went wrong here.

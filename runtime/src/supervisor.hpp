@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "machine_proxy.hpp"
 #include "output.hpp"
 #include "segment.hpp"
 #include "xspawn/spawn.hpp"
@@ -44,6 +45,8 @@ class Supervisor {
 
   void prepare();
   void startWorkers();
+  void joinMachines();
+  void onMachineEvents();
   [[noreturn]] void childMain(int rank, int outFd, int errFd);
   void loop();
   void onSignal(int sig);
@@ -64,6 +67,11 @@ class Supervisor {
   std::unique_ptr<Segment> segment_;
   std::unique_ptr<OutputForwarder> output_;
   std::vector<Worker> workers_;
+  MachinePlace place_;                   // this machine among the job's (one machine: 0 of 1)
+  std::unique_ptr<MachineTransport> transport_;  // until the proxy takes it
+  std::unique_ptr<MachineProxy> proxy_;  // jobs spanning machines only
+  std::string machineCause_;             // another machine's failure, or the proxy's own
+  int machineCauseCode_ = 1;
   std::vector<int> cpus_;  // the CPUs this process may run on, for --bind-to core
   std::vector<std::string> execArgv_;
   pid_t pgid_ = 0;

@@ -12,6 +12,7 @@
 
 #include "collectives_impl.hpp"
 #include "context.hpp"
+#include "machine_client.hpp"
 #include "xspawn/xspawn.hpp"
 
 namespace xs::detail {
@@ -74,6 +75,8 @@ std::unique_ptr<Context> makeContext(Segment& segment, const WorkerPlace& p) {
 }
 
 }  // namespace
+
+Context::~Context() = default;
 
 Context* currentContext() { return gContext; }
 
@@ -228,13 +231,21 @@ void master_print(std::string_view line) {
 std::vector<std::string> rendezvous(std::string_view tag, std::string_view payload) {
   auto& c = requireContext("rendezvous");
   auto bytes = std::as_bytes(std::span<const char>(payload.data(), payload.size()));
-  auto all = c.control->rendezvous(tag, bytes);
+  auto& machines = detail::machineClient();
+  auto all = machines.active() ? machines.rendezvous(tag, bytes) : c.control->rendezvous(tag, bytes);
   std::vector<std::string> out;
   out.reserve(all.size());
   for (auto& b : all) out.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
   return out;
 }
 
-void barrier(std::string_view tag) { requireContext("barrier").control->barrier(tag); }
+void barrier(std::string_view tag) {
+  auto& c = requireContext("barrier");
+  if (detail::machineClient().active()) {
+    rendezvous(tag);
+    return;
+  }
+  c.control->barrier(tag);
+}
 
 }  // namespace xs

@@ -43,7 +43,13 @@ struct JobReport {
   std::string abortText;     // the first abort's explanation
   std::string interruptedBy; // "SIGINT" when the launcher was asked to stop
   std::string ranksAt;       // where every rank was at the end ("ranks 0-7 past 'init'#1")
-  std::vector<RankOutcome> ranks;
+  std::vector<RankOutcome> ranks;  // this machine's ranks (rank: global, localRank: here)
+  // Jobs spanning machines (mpirun): this machine's index, the machine count, its name, and
+  // the root cause when it was another machine's failure (or the machines' transport).
+  int machine = 0;
+  int machines = 1;
+  std::string host;
+  std::string machineCause;
 
   bool succeeded() const { return status == "succeeded"; }
   // The human report, for stderr.

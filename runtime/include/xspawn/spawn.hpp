@@ -40,6 +40,9 @@ struct SpawnOptions {
   std::size_t ringSlots = 8;
   std::size_t ringSlotBytes = 128 * 1024;
   std::size_t sharedHeapBytes = 0;
+  // Jobs spanning machines (under mpirun): the buffer that carries rendezvous payloads
+  // between this machine's ranks and the launcher's MPI proxy.
+  std::size_t machineBufferBytes = 4 * 1024 * 1024;
   std::vector<std::string> extraEnv; // "NAME=value" for every worker
 };
 

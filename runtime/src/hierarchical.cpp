@@ -1,0 +1,151 @@
+// hierarchical.cpp: the collectives of a job spanning machines. Inside a machine they run
+// over shared memory as everywhere; between machines the launcher's proxy runs the transport
+// (MPI) on the same shared buffers, so workers never touch the network.
+//
+//   all_reduce      reduce-scatter in shared memory (each local rank sums its 1/N slice),
+//                   the proxy all-reduces every slice across machines in place, then every
+//                   rank gathers all slices (scaling once for the mean): per rank the bytes
+//                   of the one-machine two-shot, plus S/N on the wire per rank.
+//   broadcast       the root copies a chunk into its staging buffer, the proxy broadcasts it
+//                   to the same buffer on every machine, every rank copies it out.
+//   all_gather      the machine's ranks gather the machine's block, then every machine's
+//                   block is broadcast to all (global slices are contiguous per machine).
+//   reduce_scatter  all_reduce, then each rank keeps its slice.
+// Reduction order: rank order inside a machine, then MPI's (fixed for a given machine count
+// and size), so results are identical on every rank and across runs of the same shape.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "collectives_impl.hpp"
+#include "reduce_kernels.hpp"
+
+namespace xs::detail {
+namespace {
+
+// The machine sums; the mean's division happens once, by the global world, as ranks copy out.
+ReduceOp machineOp(ReduceOp op) { return op == ReduceOp::kMean ? ReduceOp::kSum : op; }
+
+}  // namespace
+
+void Collectives::allReduceMachines(const std::byte* in, std::byte* out, std::size_t count, DType type,
+                                    ReduceOp op, bool zeroCopy, std::uint64_t offset) {
+  const std::size_t es = dtypeSize(type);
+  const int divisor = op == ReduceOp::kMean ? globalWorld_ : 1;
+  auto request = [&](int parity, std::size_t n, std::uint64_t heapOffset) {
+    machine_->serve(
+        [&](MachineChannel& ch) {
+          ch.kind = static_cast<std::uint32_t>(MachineOpKind::kAllReduce);
+          ch.dtype = static_cast<std::uint32_t>(type);
+          ch.op = static_cast<std::uint32_t>(machineOp(op));
+          ch.parity = static_cast<std::uint32_t>(parity);
+          ch.count = n;
+          ch.heapOffset = heapOffset;
+        },
+        deadline_);
+  };
+  if (zeroCopy) {
+    // In the shared heap: my slice, reduced from every local buffer into mine; the proxy
+    // all-reduces each rank's slice where it lies; then every rank copies the others'.
+    const Slice mine = slice_of(count, rank_, world_);
+    for (int k = 0; k < world_; ++k) srcs_[k] = arena_.heap(k) + offset + mine.first * es;
+    void* d[1] = {arena_.heap(rank_) + offset + mine.first * es};
+    sync();  // every rank's input is complete
+    reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);
+    sync();  // every slice is reduced on this machine
+    request(0, count, offset);
+    if (divisor != 1) scaleCopy(type, d[0], d[0], mine.size, divisor);
+    sync();  // every slice is final
+    for (int k = 0; k < world_; ++k) {
+      if (k == rank_) continue;
+      const Slice s = slice_of(count, k, world_);
+      std::memcpy(arena_.heap(rank_) + offset + s.first * es, arena_.heap(k) + offset + s.first * es, s.size * es);
+    }
+    sync();  // nobody rewrites a slice another rank still copies
+    return;
+  }
+  stageChunks(in, count, es, [&](std::size_t at, std::size_t n, int par) {
+    const Slice mine = slice_of(n, rank_, world_);
+    for (int k = 0; k < world_; ++k) srcs_[k] = arena_.stage(k, par) + mine.first * es;
+    void* d[1] = {arena_.stage(rank_, par) + mine.first * es};
+    reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);
+    sync();  // every slice of the chunk is reduced on this machine
+    request(par, n, ~0ULL);
+    for (int k = 0; k < world_; ++k) {
+      const Slice s = slice_of(n, k, world_);
+      scaleCopy(type, arena_.stage(k, par) + s.first * es, out + (at + s.first) * es, s.size, divisor);
+    }
+  });
+}
+
+void Collectives::broadcastChunks(std::byte* data, std::size_t bytes, int rootMachine, int rootRank) {
+  const bool root = machine_->machine() == rootMachine && rank_ == rootRank;
+  const std::size_t chunk = chunkElements(1);
+  for (std::size_t at = 0; at < bytes; at += chunk) {
+    const std::size_t n = std::min(chunk, bytes - at);
+    const int par = nextParity();
+    if (root) std::memcpy(arena_.stage(rootRank, par), data + at, n);
+    sync();  // the root's chunk is staged (and nobody still reads this parity's last use)
+    machine_->serve(
+        [&](MachineChannel& ch) {
+          ch.kind = static_cast<std::uint32_t>(MachineOpKind::kBroadcast);
+          ch.parity = static_cast<std::uint32_t>(par);
+          ch.root = rootMachine;
+          ch.rootRank = rootRank;
+          ch.count = n;
+        },
+        deadline_);
+    if (!root) std::memcpy(data + at, arena_.stage(rootRank, par), n);
+  }
+}
+
+void Collectives::broadcastMachines(void* data, std::size_t count, DType type, int root,
+                                    const CollectiveOptions& options) {
+  if (root < 0 || root >= globalWorld_) {
+    XS_THROW(UsageError, fmt::format("broadcast: root {} is not a rank of this job (0-{})", root, globalWorld_ - 1));
+  }
+  begin(OpKind::kBroadcast, options, Description("{}[{}] from {}", dtypeName(type), count, root).view(),
+        (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ (static_cast<std::uint64_t>(root) << 40));
+  broadcastChunks(static_cast<std::byte*>(data), count * dtypeSize(type), root / world_, root % world_);
+  end();
+}
+
+void Collectives::allGatherMachines(const void* in, void* out, std::size_t count, DType type,
+                                    const CollectiveOptions& options) {
+  const std::size_t es = dtypeSize(type);
+  begin(OpKind::kAllGather, options, Description("{}[{}]", dtypeName(type), count).view(),
+        (count << 8) ^ static_cast<std::uint64_t>(type));
+  auto* dst = static_cast<std::byte*>(out);
+  // Machine m's block: the slices of global ranks m*N .. m*N+N-1, contiguous. Inside the
+  // block, slice_of(block, k, N) is exactly global rank m*N+k's slice (sizes differ by one at
+  // most, larger first), so the machine gathers its block like a job of its own.
+  auto block = [&](int m) {
+    const Slice first = slice_of(count, m * world_, globalWorld_);
+    const Slice last = slice_of(count, m * world_ + world_ - 1, globalWorld_);
+    return Slice{first.first, last.first + last.size - first.first};
+  };
+  const Slice own = block(machine_->machine());
+  allGatherStaged(static_cast<const std::byte*>(in), dst + own.first * es, own.size, es);
+  for (int m = 0; m < machines_; ++m) {
+    const Slice b = block(m);
+    broadcastChunks(dst + b.first * es, b.size * es, m, 0);
+  }
+  end();
+}
+
+void Collectives::reduceScatterMachines(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
+                                        const CollectiveOptions& options) {
+  const std::size_t es = dtypeSize(type);
+  begin(OpKind::kReduceScatter, options,
+        Description("{} {}[{}]", reduceOpName(op), dtypeName(type), count).view(),
+        (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ static_cast<std::uint64_t>(op));
+  std::vector<std::byte> all(count * es);
+  if (count > 0) allReduceMachines(static_cast<const std::byte*>(in), all.data(), count, type, op, false, 0);
+  const Slice mine = slice_of(count, globalRank_, globalWorld_);
+  if (mine.size) std::memcpy(out, all.data() + mine.first * es, mine.size * es);
+  end();
+}
+
+}  // namespace xs::detail

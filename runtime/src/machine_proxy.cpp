@@ -1,0 +1,296 @@
+// machine_proxy.cpp: the launcher's proxy thread for jobs spanning machines.
+#include "machine_proxy.hpp"
+
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "arena.hpp"
+#include "control.hpp"
+#include "wait.hpp"
+#include "xspawn/error.hpp"
+
+namespace xs::detail {
+namespace {
+
+// What every launcher tells the others when it joins: the job's shape must match.
+struct Hello {
+  std::int32_t nprocs;
+  std::int32_t version;
+  std::uint64_t stageBytes;
+  std::uint64_t heapBytes;
+  std::uint64_t bufferBytes;
+  char host[64];
+};
+
+// An op's identity, compared across machines before its first transport operation.
+struct OpCheck {
+  std::uint64_t seq;
+  std::uint64_t hash;
+  char tag[kTagBytes];
+};
+
+std::size_t pad8(std::size_t n) { return (n + 7) / 8 * 8; }
+
+}  // namespace
+
+MachineProxy::MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport)
+    : segment_(segment), transport_(std::move(transport)), channel_(*segment.machineChannel()) {
+  eventFd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (eventFd_ < 0) XS_THROW(SystemError, fmt::format("eventfd: {}", std::strerror(errno)));
+}
+
+MachineProxy::~MachineProxy() {
+  stop(false);
+  if (eventFd_ >= 0) ::close(eventFd_);
+}
+
+void MachineProxy::start() { thread_ = std::thread([this] { threadMain(); }); }
+
+std::vector<MachineProxy::Event> MachineProxy::takeEvents() {
+  std::uint64_t drained;
+  while (::read(eventFd_, &drained, sizeof drained) == sizeof drained) {
+  }
+  std::lock_guard lock(mutex_);
+  return std::exchange(events_, {});
+}
+
+void MachineProxy::reportFailure(int exitCode, const std::string& text) {
+  std::lock_guard lock(mutex_);
+  if (reported_) return;
+  reported_ = true;
+  toSend_ = MachineNotice{static_cast<int>(channel_.machine), exitCode, text};
+}
+
+std::vector<std::string> MachineProxy::hosts() const {
+  std::lock_guard lock(mutex_);
+  return hosts_;
+}
+
+void MachineProxy::stop(bool clean) {
+  if (!thread_.joinable()) return;
+  clean_.store(clean);
+  stop_.store(true);
+  futexWakeAll(&channel_.requestSeq);
+  // A thread still inside MPI_Init (a machine that never started) cannot be interrupted:
+  // give it a moment, then leave it to the process's end.
+  for (int i = 0; i < 200 && !finished_.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (finished_.load()) thread_.join();
+  else thread_.detach();
+}
+
+void MachineProxy::post(Event event) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  std::uint64_t one = 1;
+  ssize_t ignored = ::write(eventFd_, &one, sizeof one);
+  (void)ignored;
+}
+
+void MachineProxy::postLocal(const std::string& text) {
+  Event e;
+  e.text = text;
+  post(std::move(e));
+}
+
+void MachineProxy::fail(AbortReason reason, const std::string& text) {
+  broken_ = true;
+  ControlPlane::raiseAbort(segment_, reason, -1, text);
+  postLocal(text);
+}
+
+void MachineProxy::pump() {
+  std::optional<MachineNotice> send;
+  {
+    std::lock_guard lock(mutex_);
+    send = std::exchange(toSend_, std::nullopt);
+  }
+  if (send) transport_->sendNotice(*send);
+  while (auto notice = transport_->pollNotice()) {
+    std::string host;
+    {
+      std::lock_guard lock(mutex_);
+      if (notice->from >= 0 && notice->from < static_cast<int>(hosts_.size())) host = hosts_[notice->from];
+    }
+    std::string text = fmt::format("machine {}{} failed: {}", notice->from,
+                                   host.empty() ? "" : fmt::format(" ({})", host), notice->text);
+    ControlPlane::raiseAbort(segment_, AbortReason::kMachineFailed, -1, text);
+    Event e;
+    e.remote = true;
+    e.notice = *notice;
+    e.text = text;
+    post(std::move(e));
+  }
+}
+
+void MachineProxy::complete(const std::vector<MachineTransport::Handle>& handles) {
+  std::vector<bool> done(handles.size(), false);
+  for (std::size_t left = handles.size(); left > 0;) {
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      if (!done[i] && transport_->test(handles[i])) {
+        done[i] = true;
+        --left;
+      }
+    }
+    if (left == 0) break;
+    pump();
+    if (stop_.load(std::memory_order_relaxed)) throw Stopped{};
+    // The transport progresses only when tested; yield the core to a worker between tests.
+    sched_yield();
+  }
+}
+
+void MachineProxy::handshake() {
+  const SegmentHeader& h = segment_.header();
+  Hello mine{};
+  mine.nprocs = static_cast<std::int32_t>(h.worldSize);
+  mine.version = static_cast<std::int32_t>(kLayoutVersion);
+  mine.stageBytes = h.stageBytes;
+  mine.heapBytes = h.heapBytes;
+  mine.bufferBytes = channel_.bufferBytes;
+  std::snprintf(mine.host, sizeof mine.host, "%s", transport_->hostName().c_str());
+  std::vector<Hello> all(transport_->machines());
+  complete({transport_->allGather(&mine, sizeof mine, all.data())});
+  {
+    std::lock_guard lock(mutex_);
+    for (const Hello& x : all) hosts_.emplace_back(x.host);
+  }
+  for (int m = 1; m < static_cast<int>(all.size()); ++m) {
+    const Hello& a = all[0];
+    const Hello& b = all[m];
+    if (a.nprocs != b.nprocs || a.version != b.version || a.stageBytes != b.stageBytes ||
+        a.heapBytes != b.heapBytes || a.bufferBytes != b.bufferBytes) {
+      fail(AbortReason::kDivergence,
+           fmt::format("the machines run different jobs: machine 0 ({}) has --nprocs {}, --stage-size {}, "
+                       "--shared-heap {} (layout {}); machine {} ({}) has --nprocs {}, --stage-size {}, "
+                       "--shared-heap {} (layout {}): start every machine with the same options and "
+                       "the same xspawn",
+                       a.host, a.nprocs, a.stageBytes, a.heapBytes, a.version, m, b.host, b.nprocs,
+                       b.stageBytes, b.heapBytes, b.version));
+      return;
+    }
+  }
+  channel_.joined.store(1, std::memory_order_release);
+}
+
+bool MachineProxy::checkOp(const MachineChannel& ch) {
+  if (ch.opSeq == checkedOp_) return true;
+  checkedOp_ = ch.opSeq;
+  OpCheck mine{};
+  mine.seq = ch.opSeq;
+  mine.hash = ch.opHash;
+  std::memcpy(mine.tag, ch.opTag, sizeof mine.tag);
+  mine.tag[sizeof mine.tag - 1] = '\0';
+  std::vector<OpCheck> all(transport_->machines());
+  complete({transport_->allGather(&mine, sizeof mine, all.data())});
+  for (const OpCheck& c : all) {
+    if (c.seq == mine.seq && c.hash == mine.hash) continue;
+    std::string where;
+    for (std::size_t m = 0; m < all.size(); ++m) {
+      where += fmt::format("{}machine {} at '{}'#{}", m ? "; " : "", m, all[m].tag, all[m].seq);
+    }
+    fail(AbortReason::kDivergence,
+         fmt::format("the machines reached different ops (or the same op with other arguments): {}", where));
+    return false;
+  }
+  return true;
+}
+
+void MachineProxy::serveRendezvous(MachineChannel& ch) {
+  // Every machine's blob, padded to the largest, gathered in machine order.
+  const int machines = transport_->machines();
+  std::uint64_t mine = ch.count;
+  std::vector<std::uint64_t> sizes(machines);
+  complete({transport_->allGather(&mine, sizeof mine, sizes.data())});
+  std::uint64_t largest = 0, total = 0;
+  for (std::uint64_t s : sizes) {
+    largest = std::max(largest, pad8(s));
+    total += 8 + pad8(s);
+  }
+  if (total > channel_.bufferBytes) {
+    fail(AbortReason::kRankFailed,
+         fmt::format("rendezvous '{}': the payloads of all machines take {} bytes, more than the {} bytes "
+                     "of the machine channel; send bulk data with broadcast or all_gather",
+                     ch.opTag, total, channel_.bufferBytes));
+    return;
+  }
+  std::vector<std::byte> send(largest), recv(largest * machines);
+  std::memcpy(send.data(), segment_.machineBuffer(), mine);
+  complete({transport_->allGather(send.data(), largest, recv.data())});
+  std::byte* at = segment_.machineBuffer();
+  for (int m = 0; m < machines; ++m) {
+    std::memcpy(at, &sizes[m], 8);
+    std::memcpy(at + 8, recv.data() + m * largest, sizes[m]);
+    at += 8 + pad8(sizes[m]);
+  }
+  ch.resultBytes = total;
+}
+
+void MachineProxy::serve(std::uint64_t seq) {
+  MachineChannel& ch = channel_;
+  if (!checkOp(ch)) return;
+  const auto kind = static_cast<MachineOpKind>(ch.kind);
+  Arena arena(segment_);
+  const int world = segment_.worldSize();
+  if (kind == MachineOpKind::kRendezvous) {
+    serveRendezvous(ch);
+  } else if (kind == MachineOpKind::kAllReduce) {
+    // Every local rank's slice where it lies (its staging buffer or its heap tensor).
+    const auto type = static_cast<DType>(ch.dtype);
+    const std::size_t es = dtypeSize(type);
+    std::vector<MachineTransport::Handle> handles;
+    for (int k = 0; k < world; ++k) {
+      const Slice s = slice_of(ch.count, k, world);
+      if (s.size == 0) continue;
+      std::byte* base = ch.heapOffset == ~0ULL ? arena.stage(k, static_cast<int>(ch.parity)) : arena.heap(k) + ch.heapOffset;
+      handles.push_back(transport_->allReduce(base + s.first * es, s.size, type, static_cast<ReduceOp>(ch.op)));
+    }
+    complete(handles);
+  } else if (kind == MachineOpKind::kBroadcast) {
+    complete({transport_->broadcast(arena.stage(ch.rootRank, static_cast<int>(ch.parity)), ch.count, ch.root)});
+  } else {
+    fail(AbortReason::kRankFailed, fmt::format("machine channel: unknown request kind {}", ch.kind));
+    return;
+  }
+  if (broken_) return;
+  // Release: a rank that acquires doneSeq sees what the transport wrote into its buffers.
+  ch.doneSeq.store(seq, std::memory_order_seq_cst);
+  futexWakeAll(&ch.doneSeq);
+}
+
+void MachineProxy::threadMain() {
+  try {
+    transport_->join();
+    pump();
+    handshake();
+    while (!stop_.load()) {
+      pump();
+      // Acquire: pairs with local rank 0's release of requestSeq (the request's fields).
+      const std::uint64_t seq = channel_.requestSeq.load(std::memory_order_acquire);
+      if (seq > served_ && !broken_) {
+        served_ = seq;
+        serve(seq);
+        continue;
+      }
+      futexWait(&channel_.requestSeq, static_cast<std::uint32_t>(seq), std::chrono::milliseconds(2));
+    }
+    pump();
+    if (clean_.load() && !broken_) transport_->finalize();
+  } catch (const Stopped&) {
+  } catch (const std::exception& e) {
+    broken_ = true;
+    std::string text = fmt::format("machine {}: the transport between machines failed: {}", channel_.machine, e.what());
+    ControlPlane::raiseAbort(segment_, AbortReason::kRankFailed, -1, text);
+    postLocal(text);
+  }
+  finished_.store(true);
+}
+
+}  // namespace xs::detail

@@ -1,0 +1,88 @@
+// machine_proxy.hpp: the launcher's proxy for a job spanning machines. A thread of the
+// launcher joins the other machines' launchers over the transport (MPI), checks that they
+// run the same job shape, and then serves the machine channel of the segment: each request
+// local rank 0 posts (rendezvous, all-reduce of the staged slices, broadcast) becomes one
+// nonblocking transport operation on the same shared buffers. It also carries failures: the
+// first local failure goes to every other machine, and a failure another machine reports
+// aborts this machine's job.
+//
+//   kJoining --handshake ok--> kServing --stop--> kDone (finalize when clean)
+//            --mismatch / transport error / divergence across machines--> kBroken
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "machine_transport.hpp"
+#include "segment.hpp"
+
+namespace xs::detail {
+
+class MachineProxy {
+ public:
+  // What the supervisor hears from the proxy.
+  struct Event {
+    bool remote = false;   // true: another machine failed (notice); false: the proxy itself failed
+    MachineNotice notice;  // remote: who and what
+    std::string text;      // one line for the report
+  };
+
+  MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport);
+  ~MachineProxy();
+  MachineProxy(const MachineProxy&) = delete;
+  MachineProxy& operator=(const MachineProxy&) = delete;
+
+  // Starts the thread (after the workers are forked: MPI must not be initialised in them).
+  void start();
+  // Readable (eventfd) when events are waiting.
+  int eventFd() const { return eventFd_; }
+  std::vector<Event> takeEvents();
+  // The first local failure, for the other machines (later calls are ignored).
+  void reportFailure(int exitCode, const std::string& text);
+  // Ends the thread; `clean` (every local worker succeeded, no machine failed): leave the
+  // transport in order (MPI_Finalize). Otherwise leave it as it is: mpirun ends the rest.
+  void stop(bool clean);
+
+  // Machine names in machine order, once joined (else empty).
+  std::vector<std::string> hosts() const;
+
+ private:
+  struct Stopped {};
+  void threadMain();
+  void handshake();
+  void serve(std::uint64_t seq);
+  bool checkOp(const MachineChannel& ch);
+  void serveRendezvous(MachineChannel& ch);
+  // Waits for the handles while moving notices both ways; throws Stopped on stop().
+  void complete(const std::vector<MachineTransport::Handle>& handles);
+  void pump();
+  void post(Event event);
+  void postLocal(const std::string& text);
+  void fail(AbortReason reason, const std::string& text);
+
+  Segment& segment_;
+  std::unique_ptr<MachineTransport> transport_;
+  MachineChannel& channel_;
+  int eventFd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> clean_{false};
+  std::atomic<bool> finished_{false};
+  mutable std::mutex mutex_;  // guards the members below
+  std::vector<Event> events_;
+  std::optional<MachineNotice> toSend_;
+  bool reported_ = false;
+  std::vector<std::string> hosts_;
+  // Thread-only state.
+  bool broken_ = false;
+  std::uint64_t served_ = 0;
+  std::uint64_t checkedOp_ = 0;
+};
+
+}  // namespace xs::detail

@@ -1,0 +1,211 @@
+// mpi_transport.cpp: MachineTransport over Open MPI, built as the module libxspawn_mpi.so.
+// Only the launcher's proxy thread calls into it (MPI_THREAD_FUNNELED: that thread joins).
+// Collectives are MPI's nonblocking ones on a duplicate of MPI_COMM_WORLD; failure notices
+// travel as point-to-point messages on their own tag, with a receive always posted.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "machine_transport.hpp"
+
+namespace xs::detail {
+namespace {
+
+constexpr int kNoticeTag = 7001;
+constexpr std::size_t kNoticeBytes = 4096;
+
+// A notice on the wire: exit code, then the text (NUL-terminated, truncated to fit).
+struct NoticeWire {
+  std::int32_t exitCode;
+  char text[kNoticeBytes - 4];
+};
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw std::runtime_error(std::string(what) + ": " + std::string(text, len));
+}
+
+// bfloat16 has no MPI type: its elements travel as 16-bit words and reduce through float32,
+// rounding to nearest even, as the shared-memory kernels do.
+float bfToFloat(std::uint16_t b) {
+  std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::uint16_t floatToBf(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+template <class F>
+void bfReduce(void* in, void* inout, int* len, F f) {
+  auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = floatToBf(f(bfToFloat(a[i]), bfToFloat(b[i])));
+}
+void bfSum(void* in, void* inout, int* len, MPI_Datatype*) {
+  bfReduce(in, inout, len, [](float x, float y) { return x + y; });
+}
+void bfMax(void* in, void* inout, int* len, MPI_Datatype*) {
+  bfReduce(in, inout, len, [](float x, float y) { return x > y || x != x ? x : y; });
+}
+void bfMin(void* in, void* inout, int* len, MPI_Datatype*) {
+  bfReduce(in, inout, len, [](float x, float y) { return x < y || x != x ? x : y; });
+}
+
+class MpiTransport final : public MachineTransport {
+ public:
+  ~MpiTransport() override {
+    // Without finalize (a failed job) the process ends with MPI still initialised; mpirun
+    // then ends the other machines too, which is what a failed job needs.
+  }
+
+  void join() override {
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    check(MPI_Op_create(bfSum, 1, &bfOps_[0]), "MPI_Op_create");
+    check(MPI_Op_create(bfMax, 1, &bfOps_[1]), "MPI_Op_create");
+    check(MPI_Op_create(bfMin, 1, &bfOps_[2]), "MPI_Op_create");
+    postNoticeReceive();
+    joined_ = true;
+  }
+  int machine() const override { return rank_; }
+  int machines() const override { return size_; }
+  std::string hostName() const override {
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS) {
+      ::gethostname(name, sizeof name - 1);
+      return name;
+    }
+    return std::string(name, len);
+  }
+
+  Handle allReduce(void* data, std::size_t count, DType type, ReduceOp op) override {
+    MPI_Request r;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpiType(type), mpiOp(type, op), comm_, &r),
+          "MPI_Iallreduce");
+    return keep(r);
+  }
+  Handle broadcast(void* data, std::size_t bytes, int root) override {
+    MPI_Request r;
+    check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &r), "MPI_Ibcast");
+    return keep(r);
+  }
+  Handle allGather(const void* in, std::size_t bytes, void* out) override {
+    MPI_Request r;
+    check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, comm_, &r),
+          "MPI_Iallgather");
+    return keep(r);
+  }
+  bool test(Handle handle) override {
+    auto it = requests_.find(handle);
+    if (it == requests_.end()) return true;
+    int done = 0;
+    check(MPI_Test(&it->second, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) requests_.erase(it);
+    return done != 0;
+  }
+
+  void sendNotice(const MachineNotice& notice) override {
+    auto wire = std::make_unique<NoticeWire>();
+    wire->exitCode = notice.exitCode;
+    std::snprintf(wire->text, sizeof wire->text, "%s", notice.text.c_str());
+    for (int to = 0; to < size_; ++to) {
+      if (to == rank_) continue;
+      MPI_Request r;
+      if (MPI_Isend(wire.get(), sizeof *wire, MPI_BYTE, to, kNoticeTag, comm_, &r) == MPI_SUCCESS) {
+        sends_.push_back(r);
+      }
+    }
+    sent_.push_back(std::move(wire));  // the buffer lives as long as the sends may
+    // Start the sends moving; the proxy keeps testing the notice receive, which progresses them.
+    for (MPI_Request& r : sends_) {
+      int done = 0;
+      if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    }
+  }
+  std::optional<MachineNotice> pollNotice() override {
+    if (!joined_) return std::nullopt;
+    for (MPI_Request& r : sends_) {
+      int done = 0;
+      if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    }
+    int done = 0;
+    MPI_Status status;
+    if (MPI_Test(&noticeRequest_, &done, &status) != MPI_SUCCESS || !done) return std::nullopt;
+    MachineNotice n;
+    n.from = status.MPI_SOURCE;
+    n.exitCode = noticeIn_.exitCode;
+    noticeIn_.text[sizeof noticeIn_.text - 1] = '\0';
+    n.text = noticeIn_.text;
+    postNoticeReceive();
+    return n;
+  }
+
+  void finalize() override {
+    if (!joined_) return;
+    MPI_Cancel(&noticeRequest_);
+    MPI_Wait(&noticeRequest_, MPI_STATUS_IGNORE);
+    for (MPI_Op& op : bfOps_) MPI_Op_free(&op);
+    MPI_Comm_free(&comm_);
+    MPI_Finalize();
+    joined_ = false;
+  }
+
+ private:
+  Handle keep(MPI_Request r) {
+    requests_[++lastHandle_] = r;
+    return lastHandle_;
+  }
+  void postNoticeReceive() {
+    check(MPI_Irecv(&noticeIn_, sizeof noticeIn_, MPI_BYTE, MPI_ANY_SOURCE, kNoticeTag, comm_, &noticeRequest_),
+          "MPI_Irecv");
+  }
+  static MPI_Datatype mpiType(DType type) {
+    switch (type) {
+      case DType::kFloat32: return MPI_FLOAT;
+      case DType::kFloat64: return MPI_DOUBLE;
+      case DType::kInt32: return MPI_INT32_T;
+      case DType::kInt64: return MPI_INT64_T;
+      case DType::kBFloat16: return MPI_UINT16_T;
+    }
+    return MPI_BYTE;
+  }
+  MPI_Op mpiOp(DType type, ReduceOp op) const {
+    if (type == DType::kBFloat16) return op == ReduceOp::kMax ? bfOps_[1] : op == ReduceOp::kMin ? bfOps_[2] : bfOps_[0];
+    return op == ReduceOp::kMax ? MPI_MAX : op == ReduceOp::kMin ? MPI_MIN : MPI_SUM;
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  bool joined_ = false;
+  MPI_Op bfOps_[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  std::map<Handle, MPI_Request> requests_;
+  Handle lastHandle_ = 0;
+  NoticeWire noticeIn_{};
+  MPI_Request noticeRequest_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> sends_;
+  std::vector<std::unique_ptr<NoticeWire>> sent_;
+};
+
+}  // namespace
+}  // namespace xs::detail
+
+extern "C" xs::detail::MachineTransport* xspawnCreateMpiTransport() { return new xs::detail::MpiTransport(); }

@@ -1,0 +1,206 @@
+// machines_test.cpp: jobs spanning machines, with two or three launchers started by
+// `mpirun --oversubscribe` on this machine (each launcher is a "machine" with its own
+// segment and workers). Global ranks, every collective against the serial reference, a
+// failure on one machine ending all of them with the root cause, divergence and mismatched
+// machines reported, and nothing left behind.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "process_runner.hpp"
+
+namespace xs::test {
+namespace {
+
+// The path of mpirun ("" when not installed): the test runner execs without a PATH search.
+std::string mpirunPath() {
+  std::string path;
+  if (FILE* f = ::popen("command -v mpirun 2>/dev/null", "r")) {
+    char line[4096];
+    if (std::fgets(line, sizeof line, f)) path = line;
+    ::pclose(f);
+  }
+  while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+  return path;
+}
+
+bool haveMpi(std::string* why) {
+  if (std::string(XSPAWN_MPI_MODULE_FILE).empty()) {
+    *why = "xspawn was built without Open MPI (libopenmpi-dev): no libxspawn_mpi.so";
+    return false;
+  }
+  if (mpirunPath().empty()) {
+    *why = "mpirun is not installed (openmpi-bin)";
+    return false;
+  }
+  return true;
+}
+
+// mpirun's own options for launchers on this one machine: more processes than cores, no
+// binding (each launcher's workers must be free to use every core).
+std::vector<std::string> mpirunArgs(int machines) {
+  std::vector<std::string> a{mpirunPath(), "--oversubscribe", "--bind-to", "none", "-np", std::to_string(machines)};
+  if (::getuid() == 0) a.insert(a.begin() + 1, "--allow-run-as-root");
+  return a;
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class MachinesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!haveMpi(&why)) GTEST_SKIP() << why;
+  }
+  // mpirun -np M xspawn --job-id J --nprocs N <extra> run -- machines_worker <args>
+  RunResult runWorkers(int machines, int nprocs, const std::vector<std::string>& workerArgs,
+                       const std::vector<std::string>& extra = {}, double timeout = 120) {
+    jobId_ = uniqueJobId("mach");
+    auto argv = concat(mpirunArgs(machines), {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", std::to_string(nprocs)});
+    argv = concat(argv, extra);
+    argv = concat(argv, {"run", "--", MACHINES_WORKER_BIN});
+    argv = concat(argv, workerArgs);
+    RunOptions o;
+    o.timeoutSeconds = timeout;
+    return runProcess(argv, o);
+  }
+  void expectClean(int machines) {
+    for (int m = 0; m < machines; ++m) {
+      const std::string id = fmt::format("{}.m{}", jobId_, m);
+      for (int i = 0; i < 100 && !processesOfJob(id).empty(); ++i) usleep(20000);
+      EXPECT_TRUE(processesOfJob(id).empty()) << "a worker of machine " << m << " is still running";
+      EXPECT_FALSE(segmentExists(id)) << "machine " << m << " left its segment in /dev/shm";
+    }
+  }
+  std::string jobId_;
+};
+
+TEST_F(MachinesTest, RanksAreGlobalAndLocalOrdinalsStayLocal) {
+  RunResult r = runWorkers(2, 2, {"identity"}, {"--quiet"});
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  // rank/local/world/local world/device, gathered across machines in global rank order.
+  for (const char* want : {"place 0/0/4/2/xcore:0", "place 1/1/4/2/xcore:1", "place 2/0/4/2/xcore:2",
+                           "place 3/1/4/2/xcore:3"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << " missing in:\n" << r.out;
+  }
+  expectClean(2);
+}
+
+TEST_F(MachinesTest, EveryCollectiveMatchesTheReferenceOnTwoMachines) {
+  // Small staging buffers: 5003 elements take many chunks, each one a round across machines.
+  RunResult r = runWorkers(2, 2, {"everything"}, {"--quiet", "--stage-size", "4K", "--shared-heap", "1M"}, 240);
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  expectClean(2);
+}
+
+TEST_F(MachinesTest, EveryCollectiveMatchesTheReferenceOnThreeMachines) {
+  RunResult r = runWorkers(3, 2, {"everything"}, {"--quiet", "--stage-size", "4K", "--shared-heap", "1M"}, 240);
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  expectClean(3);
+}
+
+TEST_F(MachinesTest, AFailureOnOneMachineEndsEveryMachineWithTheRootCause) {
+  // Global rank 3 is local rank 1 of machine 1; it throws in its sixth all-reduce.
+  RunResult r = runWorkers(2, 2, {"crash", "3"}, {}, 60);
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_LT(r.seconds, 30) << "the machines took too long to stop";
+  // Machine 1 reports its own rank; machine 0 reports machine 1's failure as its root cause.
+  EXPECT_NE(r.err.find("boom from rank 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[machine 0 of 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("machine 1 ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 3 (local rank 1"), std::string::npos) << r.err;
+  expectClean(2);
+}
+
+TEST_F(MachinesTest, MachinesAtDifferentRendezvousFailNamingWhereEachIs) {
+  RunResult r = runWorkers(2, 2, {"diverge", "1"}, {}, 60);
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_NE(r.err.find("the machines reached different ops"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("machine 1 at 'save'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("machine 0 at 'epoch_end'"), std::string::npos) << r.err;
+  expectClean(2);
+}
+
+TEST_F(MachinesTest, MachinesStartedWithDifferentNprocsAreRefused) {
+  jobId_ = uniqueJobId("shape");
+  // mpirun's MPMD form: one launcher with 2 workers, one with 3.
+  std::vector<std::string> argv = mpirunArgs(1);
+  argv = concat(argv, {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", "2", "run", "--", MACHINES_WORKER_BIN, ":",
+                       "--oversubscribe", "--bind-to", "none", "-np", "1", XSPAWN_BIN, "--job-id", jobId_,
+                       "--nprocs", "3", "run", "--", MACHINES_WORKER_BIN});
+  RunOptions o;
+  o.timeoutSeconds = 60;
+  RunResult r = runProcess(argv, o);
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_NE(r.err.find("the machines run different jobs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--nprocs 3"), std::string::npos) << r.err;
+  expectClean(2);
+}
+
+// The summary line of a metrics file.
+nlohmann::json summaryOf(const std::string& path) {
+  std::istringstream in(readFile(path));
+  nlohmann::json summary;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("event", "") == "summary") summary = j;
+  }
+  return summary;
+}
+
+class MachinesTrainingTest : public MachinesTest {
+ protected:
+  void SetUp() override {
+    MachinesTest::SetUp();
+    if (IsSkipped()) return;
+    if (std::string(XSPAWN_TRAIN_BIN).empty()) GTEST_SKIP() << "the trainer (models and data) is not built";
+  }
+  // `xspawn --nprocs N train ...` on `machines` launchers (0: without mpirun); the summary.
+  nlohmann::json train(int machines, int nprocs) {
+    const std::string metrics = dir_.path + fmt::format("/m{}x{}.jsonl", machines, nprocs);
+    std::vector<std::string> argv = machines ? mpirunArgs(machines) : std::vector<std::string>{};
+    argv = concat(argv, {XSPAWN_BIN, "--quiet", "--nprocs", std::to_string(nprocs), "train", "--model", "mlp",
+                         "--dataset", "synthetic", "--train-size", "1024", "--test-size", "256", "--epochs", "2",
+                         "--batch-size", "16", "--precision", "fp32", "--seed", "11", "--metrics", metrics});
+    RunOptions o;
+    o.timeoutSeconds = 180;
+    RunResult r = runProcess(argv, o);
+    EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+    return summaryOf(metrics);
+  }
+  TempDir dir_{"machines-train"};
+};
+
+TEST_F(MachinesTrainingTest, TwoMachinesOfTwoTrainLikeOneMachineOfFour) {
+  nlohmann::json one = train(0, 4), two = train(2, 2);
+  ASSERT_TRUE(one.is_object() && two.is_object());
+  EXPECT_EQ(two["world_size"], 4);
+  EXPECT_EQ(two["steps"], one["steps"]);
+  // The sums run in another order (machine by machine), so equal within float tolerance.
+  const double a = one["final_loss"], b = two["final_loss"];
+  EXPECT_NEAR(a, b, 1e-5 * std::max(1.0, std::abs(a)));
+  EXPECT_EQ(two["test_accuracy"], one["test_accuracy"]);
+}
+
+TEST_F(MachinesTrainingTest, TwoMachinesOfOneAreBitIdenticalToOneMachineOfTwo) {
+  // With one worker per machine the sum of two gradients is the same addition either way.
+  nlohmann::json one = train(0, 2), two = train(2, 1);
+  ASSERT_TRUE(one.is_object() && two.is_object());
+  EXPECT_EQ(two["weights_hash"], one["weights_hash"]);
+  EXPECT_EQ(two["final_loss"], one["final_loss"]);
+}
+
+}  // namespace
+}  // namespace xs::test

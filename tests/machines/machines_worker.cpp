@@ -1,0 +1,51 @@
+// machines_worker.cpp: the worker program of the tests across machines, run as
+// `mpirun -np M xspawn --nprocs N run -- machines_worker MODE [RANK]`.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives_check.hpp"
+#include "xspawn/collectives.hpp"
+#include "xspawn/xspawn.hpp"
+
+int main(int argc, char** argv) {
+  xs::init();
+  const std::string mode = argc > 1 ? argv[1] : "identity";
+  const int target = argc > 2 ? std::atoi(argv[2]) : 0;
+  const int rank = xs::get_ordinal();
+  if (mode == "identity") {
+    // Every rank's place, gathered by a rendezvous across machines and printed by rank 0.
+    std::string me = std::to_string(rank) + "/" + std::to_string(xs::get_local_ordinal()) + "/" +
+                     std::to_string(xs::world_size()) + "/" + std::to_string(xs::local_world_size()) + "/" +
+                     xs::device().name;
+    auto all = xs::rendezvous("identity", me);
+    if (xs::is_master_ordinal(false)) {
+      for (const std::string& s : all) std::printf("place %s\n", s.c_str());
+    }
+    xs::barrier("done");
+    return 0;
+  }
+  if (mode == "everything") return xs::test::checkEverything(rank, {});
+  if (mode == "crash") {
+    // Every rank all-reduces in a loop; the target rank fails in the middle.
+    std::vector<float> grads(1 << 16, 1.0f);
+    for (int step = 0; step < 1000; ++step) {
+      if (rank == target && step == 5) throw std::runtime_error("boom from rank " + std::to_string(rank));
+      xs::all_reduce(std::span<float>(grads), xs::ReduceOp::kMean);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return 0;
+  }
+  if (mode == "diverge") {
+    // The ranks of the target machine reach another rendezvous than everyone else.
+    const int machine = rank / xs::local_world_size();
+    xs::rendezvous(machine == target ? "save" : "epoch_end");
+    return 0;
+  }
+  std::fprintf(stderr, "machines_worker: unknown mode '%s'\n", mode.c_str());
+  return 2;
+}
