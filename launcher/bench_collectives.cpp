@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_collectives.hpp"
+#include "machine_transport.hpp"
 #include "command_args.hpp"
 #include "commands.hpp"
 #include "peers/sweep.hpp"
@@ -41,6 +42,7 @@ struct Results {
   double memoryGBs = 0;
   int rows = 0;
   Row row[kMaxRows];
+  char hosts[2048] = {};  // "host:ranks,..." of every machine (for the flat MPI peer)
 };
 
 struct BenchConfig {
@@ -121,6 +123,20 @@ void runSweep(int rank, const BenchConfig& cfg, Results* results) {
   const std::string& op = cfg.sweep.op;
   const std::size_t es = dtypeSize(cfg.type);
   const double memory = measureMemoryBandwidth(rank, world);
+  {
+    // Where the ranks run, so the flat MPI peer can run on the same machines.
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::vector<std::string> all = rendezvous("hosts", host);
+    std::vector<std::pair<std::string, int>> counts;
+    for (const std::string& h : all) {
+      if (counts.empty() || counts.back().first != h) counts.emplace_back(h, 0);
+      ++counts.back().second;
+    }
+    std::string list;
+    for (const auto& [h, n] : counts) list += fmt::format("{}{}:{}", list.empty() ? "" : ",", h, n);
+    if (rank == 0) std::snprintf(results->hosts, sizeof results->hosts, "%s", list.c_str());
+  }
   int rowIndex = 0;
   for (std::size_t bytes : bench::sweepSizes(cfg.sweep)) {
     if (rowIndex >= kMaxRows) break;
@@ -283,14 +299,17 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   if (cfg.sweep.iters < 1 || cfg.sweep.warmup < 0) XS_THROW(UsageError, "bench: --iters must be >= 1, --warmup >= 0");
 
   SpawnOptions o = inv.spawn;
-  const int world = o.nprocs == 0 ? onlineCores() : o.nprocs;
+  // Under mpirun, each launcher is one machine of `machines`: the ranks are machines x N.
+  const detail::MachinePlace place = detail::detectMachines();
+  const int local = o.nprocs == 0 ? onlineCores() : o.nprocs;
+  const int world = local * place.machines;
   o.quiet = true;
   if (cfg.zeroCopy) o.sharedHeapBytes = cfg.sweep.rotateBytes + (cfg.sweep.maxBytes > cfg.sweep.rotateBytes ? cfg.sweep.maxBytes : 0) + (64u << 10);
   void* mem = ::mmap(nullptr, sizeof(Results), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) XS_THROW(SystemError, "mmap of the results failed");
   auto* results = new (mem) Results();
-  JobResult job = spawn([&](int rank, const Flags&) { runSweep(rank, cfg, results); }, world, o);
-  if (job.exitCode != 0) {
+  JobResult job = spawn([&](int rank, const Flags&) { runSweep(rank, cfg, results); }, local, o);
+  if (job.exitCode != 0 || place.machine != 0) {
     ::munmap(mem, sizeof(Results));
     return job.exitCode;
   }
@@ -308,14 +327,32 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
       mpiNote = "left out: Open MPI or xspawn-bench-mpi not built";
     } else {
       std::string flags = getuid() == 0 ? "--allow-run-as-root " : "";
-      if (world > onlineCores()) flags += "--oversubscribe --mca mpi_yield_when_idle 1 ";
+      // The most MPI processes any one machine will hold.
+      int perHost = local;
+      std::istringstream hosts(results->hosts);
+      for (std::string h; std::getline(hosts, h, ',');) {
+        if (h.find(':') != std::string::npos) perHost = std::max(perHost, std::atoi(h.c_str() + h.rfind(':') + 1));
+      }
+      if (perHost > onlineCores()) flags += "--oversubscribe --mca mpi_yield_when_idle 1 ";
+      if (place.machines > 1) {
+        // The flat peer: one MPI process per rank on the same machines, started afresh (this
+        // launcher's own mpirun environment would make the new mpirun a part of it).
+        flags += fmt::format("--host {} --bind-to none ", results->hosts);
+        for (char** e = environ; *e;) {
+          std::string kv = *e;
+          if (kv.rfind("OMPI_", 0) == 0 || kv.rfind("PMIX_", 0) == 0) ::unsetenv(kv.substr(0, kv.find('=')).c_str());
+          else ++e;
+        }
+      }
       mpiNote = "";
       mpi = runPeer(fmt::format("mpirun {}-np {} {} {} 2>/dev/null", flags, world, prog, sweepArgs), mpiNote);
     }
   }
   if (peers.find("gloo") != std::string::npos && comparable) {
     std::string prog = siblingProgram("xspawn-bench-gloo");
-    if (prog.empty()) {
+    if (place.machines > 1) {
+      glooNote = "left out: the Gloo peer runs on one machine";
+    } else if (prog.empty()) {
       glooNote = "left out: Gloo (libgloo-dev) not built";
     } else if (op == "reducescatter") {
       glooNote = "left out: Gloo has no comparable reduce-scatter";
@@ -335,7 +372,9 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
     if (op == "allgather") return 2.0 * (world - 1) * s;
     return (world + 1.0) * s;
   };
-  std::printf("# xspawn bench %s: N=%d ranks on %d online cores, %s %s, algo %s%s\n", op.c_str(), world,
+  std::printf("# xspawn bench %s: N=%d ranks%s on %d online cores, %s %s, algo %s%s\n", op.c_str(), world,
+              place.machines > 1 ? fmt::format(" ({} machines x {}, hierarchical; mpi = flat MPI over all {})",
+                                               place.machines, local, world).c_str() : "",
               onlineCores(), dtypeName(cfg.type), reduceOpName(cfg.op), algorithmName(cfg.coll.algorithm),
               cfg.zeroCopy ? fmt::format(", in-place buffers in the shared heap (zero-copy from {})",
                                          formatBytes(cfg.coll.zeroCopyMinBytes)).c_str() : "");
@@ -347,6 +386,7 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   nlohmann::json doc;
   doc["op"] = op;
   doc["nprocs"] = world;
+  doc["machines"] = place.machines;
   doc["online_cores"] = onlineCores();
   doc["dtype"] = dtypeName(cfg.type);
   doc["redop"] = reduceOpName(cfg.op);
@@ -374,7 +414,8 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
     const double busOop = algOop * busFactor, busIp = algIp * busFactor;
     const double best = std::max(busOop, busIp);
     const double floorUs = floorBytes(static_cast<double>(r.bytes)) / (results->memoryGBs * 1e3);
-    const double eff = floorUs / std::min(r.oop.medianUs, r.ip.medianUs);
+    // The floor is one machine's memory traffic: not a bound across machines.
+    const double eff = place.machines > 1 ? 0 : floorUs / std::min(r.oop.medianUs, r.ip.medianUs);
     std::string mpiBw, mpiRatio, glooBw, glooRatio;
     double mpiBus = fmtPeer(mpi, r.bytes, best, mpiBw, mpiRatio);
     double glooBus = fmtPeer(gloo, r.bytes, best, glooBw, glooRatio);

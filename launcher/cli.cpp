@@ -32,6 +32,7 @@ po::options_description launcherOptions() {
     ("wait", po::value<std::string>()->default_value("hybrid"), "how waits wait: hybrid (spin, then sleep), spin, futex")
     ("shared-heap", po::value<std::string>()->default_value("0"), "shared memory per rank for zero-copy tensors (xs::shared_alloc), e.g. 64M")
     ("stage-size", po::value<std::string>()->default_value("2M"), "collectives' staging buffer per rank (two of them)")
+    ("machine-buffer", po::value<std::string>()->default_value("4M"), "under mpirun: rendezvous payloads between machines")
     ("help,h", "show this help")
     ("version", "show the version");
   return d;
@@ -187,6 +188,8 @@ Invocation parseLauncher(int argc, char** argv) {
   o.sharedHeapBytes = parseBytes(vm["shared-heap"].as<std::string>(), "--shared-heap");
   o.stageBytes = parseBytes(vm["stage-size"].as<std::string>(), "--stage-size");
   if (o.stageBytes < 4096) bad("--stage-size must be at least 4K");
+  o.machineBufferBytes = parseBytes(vm["machine-buffer"].as<std::string>(), "--machine-buffer");
+  if (o.machineBufferBytes < 4096) bad("--machine-buffer must be at least 4K");
   o.tagOutput = vm.count("tag-output") > 0;
   o.quiet = vm.count("quiet") > 0;
   return inv;

@@ -56,16 +56,23 @@ void MachineClient::serve(const std::function<void(MachineChannel&)>& fill, Cloc
   }
 }
 
+std::string MachineClient::otherMachines() const {
+  std::vector<int> others;
+  for (int m = 0; m < machines(); ++m)
+    if (m != machine()) others.push_back(m);
+  return (others.size() == 1 ? "machine " : "machines ") + formatRankRanges(others);
+}
+
 void MachineClient::failTimeout(Clock::time_point) {
   const bool joined = channel_->joined.load(std::memory_order_acquire) != 0;
   std::string text =
       joined ? fmt::format("machine {}: {} '{}'#{} passed its deadline ({} ms) waiting for the other "
                            "machines: one of them is slower, stuck or gone; see its report",
                            machine(), "op", control_.opTag(), control_.opSeq(), control_.timeout().count())
-             : fmt::format("machine {}: the other machines did not join the job within {} ms: a machine "
-                           "of the mpirun job never started xspawn or cannot reach this one (check the "
-                           "hostfile, ssh, and the network MPI uses; docs/cluster.md)",
-                           machine(), control_.timeout().count());
+             : fmt::format("machine {}: {} did not join the job within {} ms (MPI_Init waits for every "
+                           "process of the mpirun job): a machine never started xspawn or cannot reach this "
+                           "one; check the hostfile, ssh and the network MPI uses (docs/cluster.md)",
+                           machine(), otherMachines(), control_.timeout().count());
   ControlPlane::raiseAbort(segment_, AbortReason::kTimeout, control_.rank(), text);
   control_.throwIfAborted();
   XS_THROW(TimeoutError, text);

@@ -37,6 +37,8 @@ class MachineClient {
 
  private:
   [[noreturn]] void failTimeout(Clock::time_point deadline);
+  // "machine 1" / "machines 1-3": every machine but this one.
+  std::string otherMachines() const;
 
   Segment& segment_;
   ControlPlane& control_;

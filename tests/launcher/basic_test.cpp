@@ -164,6 +164,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{"BadStartMethod", {"--start-method", "spawn", "hello"}, "--start-method must be fork or exec"},
         BadArgs{"BadBindTo", {"--bind-to", "socket", "hello"}, "--bind-to must be none or core"},
         BadArgs{"BadSharedHeap", {"--shared-heap", "lots", "hello"}, "--shared-heap must be a size"},
+        BadArgs{"MachineBufferTooSmall", {"--machine-buffer", "1K", "hello"}, "--machine-buffer must be at least 4K"},
         BadArgs{"BadJobId", {"--job-id", "a/b", "hello"}, "--job-id 'a/b' is not valid"},
         BadArgs{"BadCommandOption", {"hello", "--seed", "x"}, "hello:"},
         BadArgs{"RunWithoutProgram", {"run"}, "run: no program given"},

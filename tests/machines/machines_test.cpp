@@ -149,6 +149,37 @@ TEST_F(MachinesTest, MachinesStartedWithDifferentNprocsAreRefused) {
   expectClean(2);
 }
 
+TEST_F(MachinesTest, AMachineThatNeverJoinsIsNamedAtTheDeadline) {
+  jobId_ = uniqueJobId("join");
+  // Process 1 of the mpirun job is not xspawn at all: it never joins MPI.
+  std::vector<std::string> argv = mpirunArgs(1);
+  argv = concat(argv, {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", "2", "--timeout", "2", "run", "--",
+                       MACHINES_WORKER_BIN, ":", "--oversubscribe", "--bind-to", "none", "-np", "1", "sleep", "60"});
+  RunOptions o;
+  o.timeoutSeconds = 60;
+  RunResult r = runProcess(argv, o);
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_LT(r.seconds, 30);
+  EXPECT_NE(r.err.find("machine 1 did not join the job within 2000 ms"), std::string::npos) << r.err;
+  expectClean(1);
+}
+
+TEST_F(MachinesTest, BenchComparesTheHierarchicalAllReduceWithFlatMpi) {
+  jobId_ = uniqueJobId("bench");
+  auto argv = concat(mpirunArgs(2), {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", "1", "bench", "allreduce",
+                                     "--min-bytes", "4K", "--max-bytes", "64K", "--iters", "3", "--check",
+                                     "--peers", "mpi"});
+  RunOptions o;
+  o.timeoutSeconds = 120;
+  RunResult r = runProcess(argv, o);
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("2 machines x 1, hierarchical; mpi = flat MPI over all 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << r.out;
+  // Every row has the flat MPI figure beside it (no "mpi:" note saying it failed).
+  EXPECT_EQ(r.out.find("# mpi:"), std::string::npos) << r.out;
+  expectClean(2);
+}
+
 // The summary line of a metrics file.
 nlohmann::json summaryOf(const std::string& path) {
   std::istringstream in(readFile(path));
