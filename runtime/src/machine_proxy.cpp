@@ -77,9 +77,14 @@ void MachineProxy::stop(bool clean) {
   clean_.store(clean);
   stop_.store(true);
   futexWakeAll(&channel_.requestSeq);
-  // A thread still inside MPI_Init (a machine that never started) cannot be interrupted:
-  // give it a moment, then leave it to the process's end.
-  for (int i = 0; i < 200 && !finished_.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (clean) {
+    // MPI_Finalize returns when every machine has finished: the job ends with the slowest.
+    thread_.join();
+    return;
+  }
+  // A thread still inside MPI_Init (a machine that never started) or a blocking MPI call
+  // cannot be interrupted: give it a moment, then leave it to the process's end.
+  for (int i = 0; i < 50 && !finished_.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (finished_.load()) thread_.join();
   else thread_.detach();
 }

@@ -447,17 +447,20 @@ void Supervisor::onMachineEvents() {
 }
 
 void Supervisor::finish() {
+  // The segment's name goes first: under mpirun a failed job's launchers get SIGKILL one
+  // second after SIGTERM, and the mapping stays valid for the report anyway.
+  segment_->unlink();
   output_->drain(kDrainMs);
-  if (proxy_) {
-    bool clean = machineCause_.empty() && interruptedBy_.empty();
-    for (const Worker& w : workers_) clean = clean && w.reaped && w.signal == 0 && w.exitCode == 0;
-    proxy_->stop(clean);
-    onMachineEvents();
-  }
   // Anything a worker left behind in the job's process group (a daemonised helper, a
   // grandchild still holding a pipe) goes with the job.
   if (pgid_ > 0) ::killpg(pgid_, SIGKILL);
-  segment_->unlink();
+  if (proxy_) {
+    bool clean = machineCause_.empty() && interruptedBy_.empty();
+    for (const Worker& w : workers_) clean = clean && w.reaped && w.signal == 0 && w.exitCode == 0;
+    // Clean: leave MPI with the others (MPI_Finalize waits for the slowest machine).
+    proxy_->stop(clean);
+    onMachineEvents();
+  }
   ::sigaction(SIGPIPE, &oldPipe_, nullptr);
   if (signalFd_ >= 0) {
     ::close(signalFd_);

@@ -4,6 +4,7 @@
 // failure on one machine ending all of them with the root cause, divergence and mismatched
 // machines reported, and nothing left behind.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -121,6 +122,21 @@ TEST_F(MachinesTest, AFailureOnOneMachineEndsEveryMachineWithTheRootCause) {
   EXPECT_NE(r.err.find("[machine 0 of 2"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("machine 1 ("), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 3 (local rank 1"), std::string::npos) << r.err;
+  expectClean(2);
+}
+
+TEST_F(MachinesTest, CtrlCToMpirunStopsEveryMachineAndLeavesNothing) {
+  jobId_ = uniqueJobId("int");
+  auto argv = concat(mpirunArgs(2), {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", "2", "run", "--",
+                                     MACHINES_WORKER_BIN, "crash", "99"});
+  RunOptions o;
+  o.timeoutSeconds = 60;
+  o.signalWhen = "all-reducing";
+  o.signal = SIGINT;
+  RunResult r = runProcess(argv, o);
+  EXPECT_NE(r.exitCode, 0);
+  // mpirun turns the interrupt into SIGTERM for each launcher, which stops its workers.
+  EXPECT_NE(r.err.find("interrupted by SIGTERM"), std::string::npos) << r.err;
   expectClean(2);
 }
 

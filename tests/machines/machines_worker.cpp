@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
     for (int step = 0; step < 1000; ++step) {
       if (rank == target && step == 5) throw std::runtime_error("boom from rank " + std::to_string(rank));
       xs::all_reduce(std::span<float>(grads), xs::ReduceOp::kMean);
+      if (step == 2 && rank == 0) std::printf("all-reducing\n"), std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     return 0;
