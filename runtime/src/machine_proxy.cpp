@@ -152,6 +152,12 @@ void MachineProxy::complete(const std::vector<MachineTransport::Handle>& handles
   }
 }
 
+void MachineProxy::flushNotices() {
+  // A failed job's launcher exits right after this: its notice must be on its way first.
+  pump();
+  for (int i = 0; i < 300 && !transport_->noticesSent(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 void MachineProxy::handshake() {
   const SegmentHeader& h = segment_.header();
   Hello mine{};
@@ -288,7 +294,9 @@ void MachineProxy::threadMain() {
     }
     pump();
     if (clean_.load() && !broken_) transport_->finalize();
+    else flushNotices();
   } catch (const Stopped&) {
+    flushNotices();
   } catch (const std::exception& e) {
     broken_ = true;
     std::string text = fmt::format("machine {}: the transport between machines failed: {}", channel_.machine, e.what());

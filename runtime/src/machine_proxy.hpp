@@ -62,6 +62,7 @@ class MachineProxy {
   // Waits for the handles while moving notices both ways; throws Stopped on stop().
   void complete(const std::vector<MachineTransport::Handle>& handles);
   void pump();
+  void flushNotices();
   void post(Event event);
   void postLocal(const std::string& text);
   void fail(AbortReason reason, const std::string& text);

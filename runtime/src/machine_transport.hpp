@@ -57,6 +57,8 @@ class MachineTransport {
 
   // Sends `notice` to every other machine without waiting for them.
   virtual void sendNotice(const MachineNotice& notice) = 0;
+  // True once every notice sent has left this machine (progresses them).
+  virtual bool noticesSent() = 0;
   // A notice another machine sent, if one has arrived.
   virtual std::optional<MachineNotice> pollNotice() = 0;
 

@@ -17,7 +17,9 @@ namespace xs::detail {
 namespace {
 
 constexpr int kNoticeTag = 7001;
-constexpr std::size_t kNoticeBytes = 4096;
+// Small enough for every transport's eager protocol: a notice arrives even if its sender
+// exits right after sending it.
+constexpr std::size_t kNoticeBytes = 1024;
 
 // A notice on the wire: exit code, then the text (NUL-terminated, truncated to fit).
 struct NoticeWire {
@@ -139,6 +141,14 @@ class MpiTransport final : public MachineTransport {
       int done = 0;
       if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
     }
+  }
+  bool noticesSent() override {
+    bool all = true;
+    for (MPI_Request& r : sends_) {
+      int done = 0;
+      if (r != MPI_REQUEST_NULL && MPI_Test(&r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) all = false;
+    }
+    return all;
   }
   std::optional<MachineNotice> pollNotice() override {
     if (!joined_) return std::nullopt;
