@@ -60,7 +60,7 @@ std::unique_ptr<MachineTransport> loadMpiTransport() {
     // RTLD_GLOBAL: Open MPI loads its own plugins, which need libmpi's symbols.
     void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!handle) {
-      errors += fmt::format("\n  {}", ::dlerror());
+      errors += fmt::format("{}{}", errors.empty() ? " " : "; ", ::dlerror());
       continue;
     }
     auto create = reinterpret_cast<MachineTransport* (*)()>(::dlsym(handle, "xspawnCreateMpiTransport"));
