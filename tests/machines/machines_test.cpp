@@ -149,6 +149,14 @@ TEST_F(MachinesTest, MachinesAtDifferentRendezvousFailNamingWhereEachIs) {
   expectClean(2);
 }
 
+TEST_F(MachinesTest, ARendezvousTooLargeForTheMachineBufferSaysWhatToDo) {
+  RunResult r = runWorkers(2, 2, {"big-payload"}, {"--machine-buffer", "4M"}, 60);
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_NE(r.err.find("rendezvous 'big': this machine's payloads take"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("send bulk data with broadcast or all_gather"), std::string::npos) << r.err;
+  expectClean(2);
+}
+
 TEST_F(MachinesTest, MachinesStartedWithDifferentNprocsAreRefused) {
   jobId_ = uniqueJobId("shape");
   // mpirun's MPMD form: one launcher with 2 workers, one with 3.

@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (mode == "big-payload") {
+    xs::rendezvous("big", std::string(3 << 20, 'x'));
+    return 0;
+  }
   if (mode == "diverge") {
     // The ranks of the target machine reach another rendezvous than everyone else.
     const int machine = rank / xs::local_world_size();
