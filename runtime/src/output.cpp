@@ -30,11 +30,11 @@ constexpr std::size_t kMaxLine = 64 * 1024;
 }  // namespace
 
 OutputForwarder::OutputForwarder(int worldSize, bool tagOutput, const std::string& logDir,
-                                 std::size_t tailLines)
-    : tagOutput_(tagOutput), tailLines_(tailLines), logs_(worldSize, nullptr), tails_(worldSize) {
+                                 std::size_t tailLines, int firstRank)
+    : tagOutput_(tagOutput), firstRank_(firstRank), tailLines_(tailLines), logs_(worldSize, nullptr), tails_(worldSize) {
   if (logDir.empty()) return;
   for (int r = 0; r < worldSize; ++r) {
-    std::string path = fmt::format("{}/rank-{}.log", logDir, r);
+    std::string path = fmt::format("{}/rank-{}.log", logDir, firstRank + r);
     logs_[r] = std::fopen(path.c_str(), "we");
     if (!logs_[r]) {
       XS_THROW(UsageError, fmt::format("cannot write the log file {}: {}", path, std::strerror(errno)));
@@ -69,7 +69,7 @@ bool OutputForwarder::anyOpen() const {
 }
 
 void OutputForwarder::emit(Stream& s, const std::string& line, bool newline) {
-  std::string text = tagOutput_ ? fmt::format("[rank {}] {}", s.rank, line) : line;
+  std::string text = tagOutput_ ? fmt::format("[rank {}] {}", firstRank_ + s.rank, line) : line;
   if (newline) text += '\n';
   writeAll(s.isErr ? STDERR_FILENO : STDOUT_FILENO, text);
   if (std::FILE* log = logs_[s.rank]) {

@@ -14,8 +14,9 @@ namespace xs::detail {
 
 class OutputForwarder {
  public:
+  // `firstRank`: the global rank of local rank 0 (tags and log names show global ranks).
   OutputForwarder(int worldSize, bool tagOutput, const std::string& logDir,
-                  std::size_t tailLines = 20);
+                  std::size_t tailLines = 20, int firstRank = 0);
   ~OutputForwarder();
   OutputForwarder(const OutputForwarder&) = delete;
   OutputForwarder& operator=(const OutputForwarder&) = delete;
@@ -43,6 +44,7 @@ class OutputForwarder {
   void closeStream(Stream& s);
 
   bool tagOutput_;
+  int firstRank_ = 0;
   std::size_t tailLines_;
   std::vector<Stream> streams_;
   std::vector<std::FILE*> logs_;

@@ -166,7 +166,8 @@ void Supervisor::prepare() {
     ch->machines = static_cast<std::uint32_t>(place_.machines);
     ch->bufferBytes = config.geometry.coll.machineBufferBytes;
   }
-  output_ = std::make_unique<OutputForwarder>(world_, options_.tagOutput, options_.logDir);
+  output_ = std::make_unique<OutputForwarder>(world_, options_.tagOutput, options_.logDir, 20,
+                                              place_.machine * world_);
   cpus_ = allowedCpus();
   if (place_.machines > 1 && static_cast<int>(cpus_.size()) < std::min(world_, onlineCores())) {
     log_->warn("machine {}: {} binds this launcher to {} of {} CPUs, so its {} workers share them: start "
