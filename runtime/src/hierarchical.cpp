@@ -5,7 +5,8 @@
 //   all_reduce      reduce-scatter in shared memory (each local rank sums its 1/N slice),
 //                   the proxy all-reduces every slice across machines in place, then every
 //                   rank gathers all slices (scaling once for the mean): per rank the bytes
-//                   of the one-machine two-shot, plus S/N on the wire per rank.
+//                   of the one-machine two-shot, plus S/N on the wire per rank. Staged
+//                   chunks are pipelined: chunk c is reduced here while c-1 crosses machines.
 //   broadcast       the root copies a chunk into its staging buffer, the proxy broadcasts it
 //                   to the same buffer on every machine, every rank copies it out.
 //   all_gather      the machine's ranks gather the machine's block, then every machine's
@@ -15,6 +16,7 @@
 // and size), so results are identical on every rank and across runs of the same shape.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -34,17 +36,13 @@ void Collectives::allReduceMachines(const std::byte* in, std::byte* out, std::si
                                     ReduceOp op, bool zeroCopy, std::uint64_t offset) {
   const std::size_t es = dtypeSize(type);
   const int divisor = op == ReduceOp::kMean ? globalWorld_ : 1;
-  auto request = [&](int parity, std::size_t n, std::uint64_t heapOffset) {
-    machine_->serve(
-        [&](MachineChannel& ch) {
-          ch.kind = static_cast<std::uint32_t>(MachineOpKind::kAllReduce);
-          ch.dtype = static_cast<std::uint32_t>(type);
-          ch.op = static_cast<std::uint32_t>(machineOp(op));
-          ch.parity = static_cast<std::uint32_t>(parity);
-          ch.count = n;
-          ch.heapOffset = heapOffset;
-        },
-        deadline_);
+  auto fillAllReduce = [&](MachineRequest& req, int parity, std::size_t n, std::uint64_t heapOffset) {
+    req.kind = static_cast<std::uint32_t>(MachineOpKind::kAllReduce);
+    req.dtype = static_cast<std::uint32_t>(type);
+    req.op = static_cast<std::uint32_t>(machineOp(op));
+    req.parity = static_cast<std::uint32_t>(parity);
+    req.count = n;
+    req.heapOffset = heapOffset;
   };
   if (zeroCopy) {
     // In the shared heap: my slice, reduced from every local buffer into mine; the proxy
@@ -55,7 +53,7 @@ void Collectives::allReduceMachines(const std::byte* in, std::byte* out, std::si
     sync();  // every rank's input is complete
     reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);
     sync();  // every slice is reduced on this machine
-    request(0, count, offset);
+    machine_->serve([&](MachineRequest& req) { fillAllReduce(req, 0, count, offset); }, deadline_);
     if (divisor != 1) scaleCopy(type, d[0], d[0], mine.size, divisor);
     sync();  // every slice is final
     for (int k = 0; k < world_; ++k) {
@@ -66,18 +64,42 @@ void Collectives::allReduceMachines(const std::byte* in, std::byte* out, std::si
     sync();  // nobody rewrites a slice another rank still copies
     return;
   }
-  stageChunks(in, count, es, [&](std::size_t at, std::size_t n, int par) {
+  // Staged, pipelined: while the proxy all-reduces chunk c-1 across machines, the ranks copy
+  // in and reduce-scatter chunk c. Chunk c's staging parity was last read when chunk c-2 was
+  // copied out, and a sync follows every copy-out, so nobody overwrites what a slower rank
+  // still copies; the proxy works on the other parity meanwhile.
+  struct InFlight {
+    std::uint64_t seq;
+    std::size_t at, n;
+    int parity;
+  };
+  auto copyOut = [&](const InFlight& f) {
+    machine_->wait(f.seq, deadline_);
+    for (int k = 0; k < world_; ++k) {
+      const Slice s = slice_of(f.n, k, world_);
+      scaleCopy(type, arena_.stage(k, f.parity) + s.first * es, out + (f.at + s.first) * es, s.size, divisor);
+    }
+  };
+  const std::size_t perChunk = chunkElements(es);
+  std::optional<InFlight> previous;
+  for (std::size_t at = 0; at < count; at += perChunk) {
+    const std::size_t n = std::min(perChunk, count - at);
+    const int par = nextParity();
+    std::memcpy(arena_.stage(rank_, par), in + at * es, n * es);
+    sync();  // every rank's chunk is staged
     const Slice mine = slice_of(n, rank_, world_);
     for (int k = 0; k < world_; ++k) srcs_[k] = arena_.stage(k, par) + mine.first * es;
     void* d[1] = {arena_.stage(rank_, par) + mine.first * es};
     reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);
     sync();  // every slice of the chunk is reduced on this machine
-    request(par, n, ~0ULL);
-    for (int k = 0; k < world_; ++k) {
-      const Slice s = slice_of(n, k, world_);
-      scaleCopy(type, arena_.stage(k, par) + s.first * es, out + (at + s.first) * es, s.size, divisor);
+    const std::uint64_t seq = machine_->post([&](MachineRequest& req) { fillAllReduce(req, par, n, ~0ULL); });
+    if (previous) {
+      copyOut(*previous);
+      sync();  // every rank has copied chunk c-1 out: its parity is free for chunk c+1
     }
-  });
+    previous = InFlight{seq, at, n, par};
+  }
+  if (previous) copyOut(*previous);
 }
 
 void Collectives::broadcastChunks(std::byte* data, std::size_t bytes, int rootMachine, int rootRank) {
@@ -89,12 +111,12 @@ void Collectives::broadcastChunks(std::byte* data, std::size_t bytes, int rootMa
     if (root) std::memcpy(arena_.stage(rootRank, par), data + at, n);
     sync();  // the root's chunk is staged (and nobody still reads this parity's last use)
     machine_->serve(
-        [&](MachineChannel& ch) {
-          ch.kind = static_cast<std::uint32_t>(MachineOpKind::kBroadcast);
-          ch.parity = static_cast<std::uint32_t>(par);
-          ch.root = rootMachine;
-          ch.rootRank = rootRank;
-          ch.count = n;
+        [&](MachineRequest& req) {
+          req.kind = static_cast<std::uint32_t>(MachineOpKind::kBroadcast);
+          req.parity = static_cast<std::uint32_t>(par);
+          req.root = rootMachine;
+          req.rootRank = rootRank;
+          req.count = n;
         },
         deadline_);
     if (!root) std::memcpy(data + at, arena_.stage(rootRank, par), n);

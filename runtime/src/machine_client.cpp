@@ -31,19 +31,26 @@ std::uint64_t getWord(const std::byte*& at) {
 MachineClient::MachineClient(Segment& segment, ControlPlane& control)
     : segment_(segment), control_(control), channel_(segment.machineChannel()) {}
 
-void MachineClient::serve(const std::function<void(MachineChannel&)>& fill, Clock::time_point deadline) {
+std::uint64_t MachineClient::post(const std::function<void(MachineRequest&)>& fill) {
   MachineChannel& ch = *channel_;
   const std::uint64_t seq = ++requests_;
   if (control_.rank() == 0) {
-    fill(ch);
-    ch.opSeq = control_.opSeq();
-    ch.opHash = control_.opHash();
-    std::snprintf(ch.opTag, sizeof ch.opTag, "%s", control_.opTag().c_str());
+    // The proxy is done with this slot: request seq-2 was waited for before seq-1 was posted.
+    MachineRequest& req = ch.requests[seq % 2];
+    fill(req);
+    req.opSeq = control_.opSeq();
+    req.opHash = control_.opHash();
+    std::snprintf(req.opTag, sizeof req.opTag, "%s", control_.opTag().c_str());
     // Release: the proxy that acquires the new sequence number sees the request's fields
     // (and, through the sync before this call, every local rank's data).
     ch.requestSeq.store(seq, std::memory_order_seq_cst);
     futexWakeAll(&ch.requestSeq);
   }
+  return seq;
+}
+
+void MachineClient::wait(std::uint64_t seq, Clock::time_point deadline) {
+  MachineChannel& ch = *channel_;
   // Acquire: pairs with the proxy's release of doneSeq, so the data it received over the
   // network is visible to our reads after this.
   std::uint64_t seen = ch.doneSeq.load(std::memory_order_acquire);
@@ -93,7 +100,7 @@ std::vector<std::vector<std::byte>> MachineClient::rendezvous(std::string_view t
                                      tag, blob, bufferBytes()));
   }
   serve(
-      [&](MachineChannel& ch) {
+      [&](MachineRequest& req) {
         std::byte* at = buffer();
         putWord(at, local.size());
         for (const auto& p : local) {
@@ -101,8 +108,8 @@ std::vector<std::vector<std::byte>> MachineClient::rendezvous(std::string_view t
           if (!p.empty()) std::memcpy(at, p.data(), p.size());
           at += pad8(p.size());
         }
-        ch.kind = static_cast<std::uint32_t>(MachineOpKind::kRendezvous);
-        ch.count = blob;
+        req.kind = static_cast<std::uint32_t>(MachineOpKind::kRendezvous);
+        req.count = blob;
       },
       Clock::now() + control_.timeout());
   // The proxy left every machine's blob in machine order: [blob bytes][blob]...

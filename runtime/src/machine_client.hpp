@@ -28,9 +28,15 @@ class MachineClient {
 
   // One request, served across machines. Call on every local rank, after a sync of the
   // current op (so that whatever the request names is complete on every local rank):
-  // local rank 0 fills the request with `fill` and posts it; everyone returns once the proxy
-  // has served it. Throws AbortedError / TimeoutError like any other wait.
-  void serve(const std::function<void(MachineChannel&)>& fill, Clock::time_point deadline);
+  // local rank 0 fills the request with `fill` and posts it; everyone gets its number.
+  // At most two may be outstanding: wait for one before posting the one after the next.
+  std::uint64_t post(const std::function<void(MachineRequest&)>& fill);
+  // Returns once the proxy has served request `seq`. Throws AbortedError / TimeoutError like
+  // any other wait.
+  void wait(std::uint64_t seq, Clock::time_point deadline);
+  void serve(const std::function<void(MachineRequest&)>& fill, Clock::time_point deadline) {
+    wait(post(fill), deadline);
+  }
 
   // The job-wide rendezvous: every global rank's payload in global rank order.
   std::vector<std::vector<std::byte>> rendezvous(std::string_view tag, std::span<const std::byte> payload);

@@ -191,7 +191,7 @@ void MachineProxy::handshake() {
   channel_.joined.store(1, std::memory_order_release);
 }
 
-bool MachineProxy::checkOp(const MachineChannel& ch) {
+bool MachineProxy::checkOp(const MachineRequest& ch) {
   if (ch.opSeq == checkedOp_) return true;
   checkedOp_ = ch.opSeq;
   OpCheck mine{};
@@ -214,7 +214,7 @@ bool MachineProxy::checkOp(const MachineChannel& ch) {
   return true;
 }
 
-void MachineProxy::serveRendezvous(MachineChannel& ch) {
+void MachineProxy::serveRendezvous(const MachineRequest& ch) {
   // Every machine's blob, padded to the largest, gathered in machine order.
   const int machines = transport_->machines();
   std::uint64_t mine = ch.count;
@@ -241,11 +241,11 @@ void MachineProxy::serveRendezvous(MachineChannel& ch) {
     std::memcpy(at + 8, recv.data() + m * largest, sizes[m]);
     at += 8 + pad8(sizes[m]);
   }
-  ch.resultBytes = total;
+  channel_.resultBytes = total;
 }
 
 void MachineProxy::serve(std::uint64_t seq) {
-  MachineChannel& ch = channel_;
+  const MachineRequest& ch = channel_.requests[seq % 2];
   if (!checkOp(ch)) return;
   const auto kind = static_cast<MachineOpKind>(ch.kind);
   Arena arena(segment_);
@@ -272,8 +272,8 @@ void MachineProxy::serve(std::uint64_t seq) {
   }
   if (broken_) return;
   // Release: a rank that acquires doneSeq sees what the transport wrote into its buffers.
-  ch.doneSeq.store(seq, std::memory_order_seq_cst);
-  futexWakeAll(&ch.doneSeq);
+  channel_.doneSeq.store(seq, std::memory_order_seq_cst);
+  futexWakeAll(&channel_.doneSeq);
 }
 
 void MachineProxy::threadMain() {
@@ -286,8 +286,7 @@ void MachineProxy::threadMain() {
       // Acquire: pairs with local rank 0's release of requestSeq (the request's fields).
       const std::uint64_t seq = channel_.requestSeq.load(std::memory_order_acquire);
       if (seq > served_ && !broken_) {
-        served_ = seq;
-        serve(seq);
+        serve(++served_);  // in order: at most two are posted
         continue;
       }
       futexWait(&channel_.requestSeq, static_cast<std::uint32_t>(seq), std::chrono::milliseconds(2));

@@ -57,8 +57,8 @@ class MachineProxy {
   void threadMain();
   void handshake();
   void serve(std::uint64_t seq);
-  bool checkOp(const MachineChannel& ch);
-  void serveRendezvous(MachineChannel& ch);
+  bool checkOp(const MachineRequest& request);
+  void serveRendezvous(const MachineRequest& request);
   // Waits for the handles while moving notices both ways; throws Stopped on stop().
   void complete(const std::vector<MachineTransport::Handle>& handles);
   void pump();

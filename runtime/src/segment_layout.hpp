@@ -229,44 +229,52 @@ enum class MachineOpKind : std::uint32_t {
   kBroadcast = 3,   // broadcast a local rank's staging chunk from one machine to all
 };
 
-// The cross-machine channel, present when a job spans machines. Local rank 0 posts one
-// request at a time (all local ranks have synchronised before it), the launcher's proxy
-// thread serves it over the machines' transport (MPI) and publishes its sequence number in
-// doneSeq; every local rank waits for that. The buffer after the channel carries rendezvous
-// payloads both ways.
+// One request to the machine proxy: a line of fields and a line for the op's tag.
+struct alignas(kCacheLine) MachineRequest {
+  std::uint32_t kind;  // MachineOpKind
+  std::uint32_t dtype;
+  std::uint32_t op;
+  std::uint32_t parity;      // kAllReduce from staging / kBroadcast: which staging buffers
+  std::int32_t root;         // kBroadcast: the machine that has the data
+  std::int32_t rootRank;     // kBroadcast: whose staging buffer holds it (local rank)
+  std::uint64_t count;       // elements (kAllReduce), bytes (kBroadcast, kRendezvous)
+  std::uint64_t heapOffset;  // kAllReduce: ~0 for staging, else the tensor's heap offset
+  std::uint64_t opSeq;       // the op this request belongs to, checked across machines
+  std::uint64_t opHash;
+  alignas(kCacheLine) char opTag[kTagBytes];  // the op's tag, for a divergence report
+};
+static_assert(offsetof(MachineRequest, opTag) == kCacheLine);
+static_assert(sizeof(MachineRequest) == 2 * kCacheLine);
+
+// The cross-machine channel, present when a job spans machines. Local rank 0 posts requests
+// (all local ranks have synchronised before each), at most two outstanding: request s lives
+// in requests[s % 2], so rank 0 fills the next while the proxy serves the last (a pipelined
+// all-reduce). The launcher's proxy thread serves them in order over the machines'
+// transport (MPI) and publishes the last one served in doneSeq; local ranks wait on that.
+// The buffer after the channel carries rendezvous payloads both ways.
 struct alignas(kCacheLine) MachineChannel {
   // Line 0: written by the launcher before any worker starts.
   std::uint32_t machine;
   std::uint32_t machines;
   std::uint64_t bufferBytes;  // the payload buffer right after this struct
-  // Line 1: the request. Local rank 0 writes the plain fields, then requestSeq (release);
-  // the proxy reads requestSeq (acquire), then the fields.
+  // Line 1: requests posted so far. Local rank 0 fills requests[seq % 2], then stores seq
+  // (release); the proxy loads it (acquire), then reads the request.
   alignas(kCacheLine) std::atomic<std::uint64_t> requestSeq;
-  std::uint32_t kind;  // MachineOpKind
-  std::uint32_t dtype;
-  std::uint32_t op;
-  std::uint32_t parity;   // kAllReduce from staging / kBroadcast: which staging buffers
-  std::int32_t root;      // kBroadcast: the machine that has the data
-  std::int32_t rootRank;  // kBroadcast: whose staging buffer holds it (local rank)
-  std::uint64_t count;    // elements (kAllReduce), bytes (kBroadcast, kRendezvous)
-  std::uint64_t heapOffset;  // kAllReduce: ~0 for staging, else the tensor's heap offset
-  std::uint64_t opSeq;       // the op this request belongs to, checked across machines
-  std::uint64_t opHash;
-  // Line 2: the op's tag text, for a divergence report across machines.
-  alignas(kCacheLine) char opTag[kTagBytes];
-  // Line 3: written by the proxy: the last request served (release: its results are in place).
+  // Lines 2-5.
+  MachineRequest requests[2];
+  // Line 6: written by the proxy: the last request served (release: its results are in place).
   alignas(kCacheLine) std::atomic<std::uint64_t> doneSeq;
   std::atomic<std::uint32_t> doneSleepers;
   std::uint32_t reserved;
   std::uint64_t resultBytes;  // kRendezvous: bytes of the gathered result in the buffer
-  // Line 4: written by the proxy: it has joined the machines (1) and their handshake passed.
+  // Line 7: written by the proxy: it has joined the machines (1) and their handshake passed.
   alignas(kCacheLine) std::atomic<std::uint32_t> joined;
 };
 static_assert(offsetof(MachineChannel, requestSeq) == 1 * kCacheLine);
-static_assert(offsetof(MachineChannel, opTag) == 2 * kCacheLine);
-static_assert(offsetof(MachineChannel, doneSeq) == 3 * kCacheLine);
-static_assert(offsetof(MachineChannel, joined) == 4 * kCacheLine);
-static_assert(sizeof(MachineChannel) == 5 * kCacheLine);
+static_assert(offsetof(MachineChannel, requests) == 2 * kCacheLine);
+static_assert(offsetof(MachineChannel, doneSeq) == 6 * kCacheLine);
+static_assert(offsetof(MachineChannel, joined) == 7 * kCacheLine);
+static_assert(sizeof(MachineChannel) == 8 * kCacheLine);
 
 inline constexpr std::uint64_t alignUp(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
