@@ -273,7 +273,7 @@ void MachineProxy::serve(std::uint64_t seq) {
   if (broken_) return;
   // Release: a rank that acquires doneSeq sees what the transport wrote into its buffers.
   channel_.doneSeq.store(seq, std::memory_order_seq_cst);
-  futexWakeAll(&channel_.doneSeq);
+  Waiter::wake(&channel_.doneSeq, channel_.doneSleepers);
 }
 
 void MachineProxy::threadMain() {
