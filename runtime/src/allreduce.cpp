@@ -71,6 +71,7 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
       case Algorithm::kParameterServer: allReduceSliced(src, dst, count, type, op, options.psServers); break;
       default:
         if (useZeroCopy) allReduceZeroCopy(offset, count, type, op);
+        else if (world_ == 2) allReducePair(src, dst, count, type, op);
         else allReduceSliced(src, dst, count, type, op, world_);
     }
   }
@@ -107,6 +108,48 @@ void Collectives::allReduceSliced(const std::byte* in, std::byte* out, std::size
       std::memcpy(out + (at + s.first) * es, arena_.stage(j, par) + s.first * es, s.size * es);
     }
   });
+}
+
+void Collectives::allReducePair(const std::byte* in, std::byte* out, std::size_t count, DType type,
+                                ReduceOp op) {
+  // Chunks of two FIFO slots; rank r reduces half r of each. Per chunk each rank sends the
+  // half its peer reduces (my input), reduces its own half from its private input and the
+  // peer's staged half straight into its output and into the peer's FIFO, and copies the
+  // peer's reduced half out. The next chunk's half is sent before waiting for this chunk's
+  // result, so both ranks reduce while the other copies. Both send in the same order
+  // (input c, result c, input c+1, ...), and every message is received in the chunk it was
+  // sent in, so two FIFO slots suffice. Bytes per rank: 3.5S (S/2 staged, 2 x S/2 reduced,
+  // S/2 written to the peer, S/2 copied out), the shared part while it is still in cache.
+  const std::size_t es = dtypeSize(type);
+  const std::size_t perChunk = 2 * std::max<std::size_t>(ring_.slotBytes() / es, 1);
+  const std::size_t chunks = (count + perChunk - 1) / perChunk;
+  const int peer = 1 - rank_;
+  auto half = [&](std::size_t c, int r) {
+    Slice s = slice_of(std::min(perChunk, count - c * perChunk), r, 2);
+    s.first += c * perChunk;
+    return s;
+  };
+  auto stage = [&](std::size_t c) {
+    const Slice s = half(c, peer);
+    ring_.send(in + s.first * es, s.size * es, deadline_);
+  };
+  stage(0);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const Slice mine = half(c, rank_);
+    ring_.recv(
+        [&](const std::byte* staged, std::size_t) {
+          const void* s[2] = {in + mine.first * es, staged};
+          if (rank_ == 1) std::swap(s[0], s[1]);  // rank order, as everywhere
+          void* d[2] = {out + mine.first * es, ring_.reserve(deadline_)};
+          reduceInto(type, op, s, 2, d, 2, mine.size, 2);
+          ring_.commit(mine.size * es);
+        },
+        deadline_);
+    if (c + 1 < chunks) stage(c + 1);
+    const Slice theirs = half(c, peer);
+    ring_.recv([&](const std::byte* reduced, std::size_t) { std::memcpy(out + theirs.first * es, reduced, theirs.size * es); },
+               deadline_);
+  }
 }
 
 void Collectives::allReduceOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type,

@@ -69,6 +69,8 @@ class Collectives {
                    const std::function<void(std::size_t at, std::size_t n, int parity)>& body);
   void allReduceSliced(const std::byte* in, std::byte* out, std::size_t count, DType type,
                        ReduceOp op, int slicers);
+  // Two ranks, private buffers: two-shot pipelined through the pair's ring FIFOs.
+  void allReducePair(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
   void allReduceOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
   void allReduceZeroCopy(std::uint64_t offset, std::size_t count, DType type, ReduceOp op);
   void allReduceRing(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);

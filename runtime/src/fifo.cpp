@@ -3,16 +3,55 @@
 
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace xs::detail {
+namespace {
+
+// A streamed all-reduce waits once or twice per FIFO slot for a peer doing the same work at
+// the same pace: usually a few microseconds, sometimes tens. The waiter's adaptive spin
+// (tuned for barriers) sleeps at once after a few such waits, and a futex round trip per
+// slot costs more than the wait. So the FIFO polls a little longer first, when every rank
+// has its own core; the waiter's checked wait follows.
+constexpr std::chrono::microseconds kStreamSpin{50};
+
+inline void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
+
+template <class Ready>
+bool RingLink::spinFor(Ready&& ready) const {
+  if (ready()) return true;
+  if (!spin_) return false;
+  const auto until = Clock::now() + kStreamSpin;
+  for (std::uint32_t i = 1;; ++i) {
+    if (ready()) return true;
+    relax();
+    if ((i & 63) == 0 && Clock::now() >= until) return false;
+  }
+}
 
 RingLink::RingLink(Segment& segment, ControlPlane& control)
     : segment_(segment),
       control_(control),
       arena_(segment),
       left_((control.rank() + control.worldSize() - 1) % control.worldSize()),
-      right_((control.rank() + 1) % control.worldSize()) {}
+      right_((control.rank() + 1) % control.worldSize()),
+      spin_(control.waiter().mode() != WaitMode::kFutex &&
+            segment.header().worldSize <= segment.header().onlineCpus) {}
 
 void RingLink::send(const void* data, std::size_t bytes, Clock::time_point deadline) {
+  std::memcpy(reserve(deadline), data, bytes);
+  commit(bytes);
+}
+
+std::byte* RingLink::reserve(Clock::time_point deadline) {
   FifoControl& f = arena_.fifo(right_);
   const std::uint64_t slots = arena_.ringSlots();
   // Only this rank writes head, so its own last store is the current value.
@@ -20,17 +59,24 @@ void RingLink::send(const void* data, std::size_t bytes, Clock::time_point deadl
   // Acquire on tail: the consumer's release of a slot (after it finished reading it) happens
   // before we overwrite that slot; without it we could scribble over data still being read.
   std::uint64_t tail = f.tail.load(std::memory_order_acquire);
+  if (head - tail >= slots && spinFor([&] { return head - f.tail.load(std::memory_order_acquire) < slots; })) {
+    tail = f.tail.load(std::memory_order_acquire);
+  }
   const int need[1] = {right_};
   while (head - tail >= slots) {
     control_.waiter().waitChange(f.tail, tail, f.tailSleepers,
                                  [&] { control_.checkWhileWaiting(deadline, need); });
     tail = f.tail.load(std::memory_order_acquire);
   }
-  const std::uint64_t slot = head % slots;
-  std::memcpy(arena_.fifoSlot(right_, slot), data, bytes);
-  f.slotBytes[slot].store(bytes, std::memory_order_relaxed);
+  return arena_.fifoSlot(right_, head % slots);
+}
+
+void RingLink::commit(std::size_t bytes) {
+  FifoControl& f = arena_.fifo(right_);
+  const std::uint64_t head = f.head.load(std::memory_order_relaxed);
+  f.slotBytes[head % arena_.ringSlots()].store(bytes, std::memory_order_relaxed);
   // Release on head: the slot's bytes and size are visible to the consumer that acquires
-  // the new head; without it the consumer could read the slot before our copy lands.
+  // the new head; without it the consumer could read the slot before our writes land.
   f.head.store(head + 1, std::memory_order_seq_cst);
   Waiter::wake(&f.head, f.headSleepers);
 }
@@ -42,6 +88,9 @@ void RingLink::recv(const std::function<void(const std::byte*, std::size_t)>& co
   const std::uint64_t tail = f.tail.load(std::memory_order_relaxed);  // only we write tail
   // Acquire on head: pairs with the producer's release, so the slot's contents are complete.
   std::uint64_t head = f.head.load(std::memory_order_acquire);
+  if (head == tail && spinFor([&] { return f.head.load(std::memory_order_acquire) != tail; })) {
+    head = f.head.load(std::memory_order_acquire);
+  }
   const int need[1] = {left_};
   while (head == tail) {
     control_.waiter().waitChange(f.head, head, f.headSleepers,

@@ -20,6 +20,11 @@ class RingLink {
   // Copies `bytes` (<= slotBytes) into the next slot of the right neighbour's FIFO, waiting
   // while all its slots are full.
   void send(const void* data, std::size_t bytes, Clock::time_point deadline);
+  // The same in two steps, for a writer that fills the slot itself (a reduction storing its
+  // result straight into the neighbour's FIFO): reserve waits for the next free slot of the
+  // right neighbour's FIFO and returns it; commit publishes its first `bytes` bytes.
+  std::byte* reserve(Clock::time_point deadline);
+  void commit(std::size_t bytes);
   // Waits for the next slot of our FIFO, hands its bytes to `consume`, then frees the slot.
   void recv(const std::function<void(const std::byte* data, std::size_t bytes)>& consume,
             Clock::time_point deadline);
@@ -28,8 +33,14 @@ class RingLink {
   Segment& segment_;
   ControlPlane& control_;
   Arena arena_;
+  // Before the waiter's own spin-then-sleep, polls `ready` for up to kStreamSpin when the
+  // ranks have a core each (see fifo.cpp). Returns whether it became true.
+  template <class Ready>
+  bool spinFor(Ready&& ready) const;
+
   int left_;
   int right_;
+  bool spin_;
 };
 
 }  // namespace xs::detail
