@@ -55,18 +55,25 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
                                (static_cast<std::uint64_t>(op) << 4) ^ static_cast<std::uint64_t>(algo) ^
                                (static_cast<std::uint64_t>(options.psServers) << 52) ^
                                (useZeroCopy ? (offset + 1) * 0x100000001b3ULL : 0);
-  begin(OpKind::kAllReduce, options,
-        Description("{} {}[{}] {}{}", reduceOpName(op), dtypeName(type), count, algorithmName(algo),
-                    useZeroCopy ? " zero-copy" : "")
-            .view(),
-        detail);
+  // The description is formatted only when the arguments change (formatting costs about as
+  // much as a small all-reduce's synchronisation; training repeats one call).
+  const AllReduceKey key{count, type, op, algo, useZeroCopy};
+  if (!(key == lastAllReduce_)) {
+    allReduceText_ = Description("{} {}[{}] {}{}", reduceOpName(op), dtypeName(type), count, algorithmName(algo),
+                                 useZeroCopy ? " zero-copy" : "");
+    lastAllReduce_ = key;
+  }
+  begin(OpKind::kAllReduce, options, allReduceText_.view(), detail);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
   if (world_ == 1) {
     if (count) scaleCopy(type, src, dst, count, 1);
   } else if (count > 0) {
     switch (algo) {
-      case Algorithm::kOneShot: allReduceOneShot(src, dst, count, type, op); break;
+      case Algorithm::kOneShot:
+        if (world_ == 2) allReducePairOneShot(src, dst, count, type, op);
+        else allReduceOneShot(src, dst, count, type, op);
+        break;
       case Algorithm::kRing: allReduceRing(src, dst, count, type, op); break;
       case Algorithm::kParameterServer: allReduceSliced(src, dst, count, type, op, options.psServers); break;
       default:
@@ -136,19 +143,34 @@ void Collectives::allReducePair(const std::byte* in, std::byte* out, std::size_t
   stage(0);
   for (std::size_t c = 0; c < chunks; ++c) {
     const Slice mine = half(c, rank_);
-    ring_.recv(
-        [&](const std::byte* staged, std::size_t) {
-          const void* s[2] = {in + mine.first * es, staged};
-          if (rank_ == 1) std::swap(s[0], s[1]);  // rank order, as everywhere
-          void* d[2] = {out + mine.first * es, ring_.reserve(deadline_)};
-          reduceInto(type, op, s, 2, d, 2, mine.size, 2);
-          ring_.commit(mine.size * es);
-        },
-        deadline_);
+    const std::byte* staged = ring_.peek(deadline_);
+    const void* s[2] = {in + mine.first * es, staged};
+    if (rank_ == 1) std::swap(s[0], s[1]);  // rank order, as everywhere
+    void* d[2] = {out + mine.first * es, ring_.reserve(deadline_)};
+    reduceInto(type, op, s, 2, d, 2, mine.size, 2);
+    ring_.commit(mine.size * es);
+    ring_.release();
     if (c + 1 < chunks) stage(c + 1);
     const Slice theirs = half(c, peer);
-    ring_.recv([&](const std::byte* reduced, std::size_t) { std::memcpy(out + theirs.first * es, reduced, theirs.size * es); },
-               deadline_);
+    std::memcpy(out + theirs.first * es, ring_.peek(deadline_), theirs.size * es);
+    ring_.release();
+  }
+}
+
+void Collectives::allReducePairOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type,
+                                       ReduceOp op) {
+  // Each rank sends its input, one FIFO slot at a time, and reduces every element from its
+  // own input and the peer's copy (rank order). The FIFO's head is the only flag: no sync.
+  const std::size_t es = dtypeSize(type);
+  const std::size_t perSlot = std::max<std::size_t>(ring_.slotBytes() / es, 1);
+  for (std::size_t at = 0; at < count; at += perSlot) {
+    const std::size_t n = std::min(perSlot, count - at);
+    ring_.send(in + at * es, n * es, deadline_);
+    const void* s[2] = {in + at * es, ring_.peek(deadline_)};
+    if (rank_ == 1) std::swap(s[0], s[1]);
+    void* d[1] = {out + at * es};
+    reduceInto(type, op, s, 2, d, 1, n, 2);
+    ring_.release();
   }
 }
 
@@ -157,6 +179,7 @@ void Collectives::allReduceOneShot(const std::byte* in, std::byte* out, std::siz
   const std::size_t es = dtypeSize(type);
   stageChunks(in, count, es, [&](std::size_t at, std::size_t n, int par) {
     for (int k = 0; k < world_; ++k) srcs_[k] = arena_.stage(k, par);
+    srcs_[rank_] = in + at * es;  // my own chunk from where it is still cached, unshared
     void* d[1] = {out + at * es};
     reduceInto(type, op, srcs_.data(), world_, d, 1, n, world_);
   });

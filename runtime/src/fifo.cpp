@@ -1,6 +1,7 @@
 // fifo.cpp: the ring FIFO's producer and consumer sides.
 #include "fifo.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -12,10 +13,15 @@ namespace {
 
 // A streamed all-reduce waits once or twice per FIFO slot for a peer doing the same work at
 // the same pace: usually a few microseconds, sometimes tens. The waiter's adaptive spin
-// (tuned for barriers) sleeps at once after a few such waits, and a futex round trip per
-// slot costs more than the wait. So the FIFO polls a little longer first, when every rank
-// has its own core; the waiter's checked wait follows.
-constexpr std::chrono::microseconds kStreamSpin{50};
+// (tuned for barriers) sleeps at once after a few waits over 3 us, and a futex round trip
+// per slot costs more than the wait. So the FIFO polls first for up to four times its recent
+// waits (at most kMaxStreamSpin) while those stay under kSpinWhileUnder, and only when every
+// rank has a core: when the peer shares ours (other jobs loading the machine), waits grow,
+// and spinning would only delay it. Every 32nd wait probes briefly so that a freed machine
+// is noticed. The waiter's checked wait (abort, deadline) follows a spin that timed out.
+constexpr std::int64_t kMaxStreamSpinNs = 60000;
+constexpr std::int64_t kSpinWhileUnderNs = 30000;
+constexpr std::int64_t kProbeSpinNs = 3000;
 
 inline void relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -26,15 +32,24 @@ inline void relax() {
 }  // namespace
 
 template <class Ready>
-bool RingLink::spinFor(Ready&& ready) const {
+bool RingLink::spinFor(Ready&& ready) {
   if (ready()) return true;
   if (!spin_) return false;
-  const auto until = Clock::now() + kStreamSpin;
+  std::int64_t budget = 0;
+  if (expectedWaitNs_ <= kSpinWhileUnderNs) budget = std::clamp<std::int64_t>(expectedWaitNs_ * 4, 2000, kMaxStreamSpinNs);
+  else if ((++waits_ & 31) == 0) budget = kProbeSpinNs;
+  if (budget == 0) return false;
+  const auto until = Clock::now() + std::chrono::nanoseconds(budget);
   for (std::uint32_t i = 1;; ++i) {
     if (ready()) return true;
     relax();
     if ((i & 63) == 0 && Clock::now() >= until) return false;
   }
+}
+
+void RingLink::recordWait(Clock::time_point start) {
+  const std::int64_t waited = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+  expectedWaitNs_ = (expectedWaitNs_ * 7 + waited) / 8;
 }
 
 RingLink::RingLink(Segment& segment, ControlPlane& control)
@@ -56,17 +71,25 @@ std::byte* RingLink::reserve(Clock::time_point deadline) {
   const std::uint64_t slots = arena_.ringSlots();
   // Only this rank writes head, so its own last store is the current value.
   const std::uint64_t head = f.head.load(std::memory_order_relaxed);
-  // Acquire on tail: the consumer's release of a slot (after it finished reading it) happens
-  // before we overwrite that slot; without it we could scribble over data still being read.
-  std::uint64_t tail = f.tail.load(std::memory_order_acquire);
-  if (head - tail >= slots && spinFor([&] { return head - f.tail.load(std::memory_order_acquire) < slots; })) {
-    tail = f.tail.load(std::memory_order_acquire);
-  }
-  const int need[1] = {right_};
-  while (head - tail >= slots) {
-    control_.waiter().waitChange(f.tail, tail, f.tailSleepers,
-                                 [&] { control_.checkWhileWaiting(deadline, need); });
-    tail = f.tail.load(std::memory_order_acquire);
+  if (head - seenTail_ >= slots) {
+    // Acquire on tail: the consumer's release of a slot (after it finished reading it)
+    // happens before we overwrite that slot; without it we could scribble over data still
+    // being read.
+    std::uint64_t tail = f.tail.load(std::memory_order_acquire);
+    if (head - tail >= slots) {
+      const auto start = Clock::now();
+      if (spinFor([&] { return head - f.tail.load(std::memory_order_acquire) < slots; })) {
+        tail = f.tail.load(std::memory_order_acquire);
+      }
+      const int need[1] = {right_};
+      while (head - tail >= slots) {
+        control_.waiter().waitChange(f.tail, tail, f.tailSleepers,
+                                     [&] { control_.checkWhileWaiting(deadline, need); });
+        tail = f.tail.load(std::memory_order_acquire);
+      }
+      recordWait(start);
+    }
+    seenTail_ = tail;
   }
   return arena_.fifoSlot(right_, head % slots);
 }
@@ -83,22 +106,40 @@ void RingLink::commit(std::size_t bytes) {
 
 void RingLink::recv(const std::function<void(const std::byte*, std::size_t)>& consume,
                     Clock::time_point deadline) {
+  const std::byte* data = peek(deadline);
   FifoControl& f = arena_.fifo(control_.rank());
-  const std::uint64_t slots = arena_.ringSlots();
+  const std::uint64_t tail = f.tail.load(std::memory_order_relaxed);
+  consume(data, f.slotBytes[tail % arena_.ringSlots()].load(std::memory_order_relaxed));
+  release();
+}
+
+const std::byte* RingLink::peek(Clock::time_point deadline) {
+  FifoControl& f = arena_.fifo(control_.rank());
   const std::uint64_t tail = f.tail.load(std::memory_order_relaxed);  // only we write tail
-  // Acquire on head: pairs with the producer's release, so the slot's contents are complete.
-  std::uint64_t head = f.head.load(std::memory_order_acquire);
-  if (head == tail && spinFor([&] { return f.head.load(std::memory_order_acquire) != tail; })) {
-    head = f.head.load(std::memory_order_acquire);
+  if (seenHead_ == tail) {
+    // Acquire on head: pairs with the producer's release, so the slot's contents are complete.
+    std::uint64_t head = f.head.load(std::memory_order_acquire);
+    if (head == tail) {
+      const auto start = Clock::now();
+      if (spinFor([&] { return f.head.load(std::memory_order_acquire) != tail; })) {
+        head = f.head.load(std::memory_order_acquire);
+      }
+      const int need[1] = {left_};
+      while (head == tail) {
+        control_.waiter().waitChange(f.head, head, f.headSleepers,
+                                     [&] { control_.checkWhileWaiting(deadline, need); });
+        head = f.head.load(std::memory_order_acquire);
+      }
+      recordWait(start);
+    }
+    seenHead_ = head;
   }
-  const int need[1] = {left_};
-  while (head == tail) {
-    control_.waiter().waitChange(f.head, head, f.headSleepers,
-                                 [&] { control_.checkWhileWaiting(deadline, need); });
-    head = f.head.load(std::memory_order_acquire);
-  }
-  const std::uint64_t slot = tail % slots;
-  consume(arena_.fifoSlot(control_.rank(), slot), f.slotBytes[slot].load(std::memory_order_relaxed));
+  return arena_.fifoSlot(control_.rank(), tail % arena_.ringSlots());
+}
+
+void RingLink::release() {
+  FifoControl& f = arena_.fifo(control_.rank());
+  const std::uint64_t tail = f.tail.load(std::memory_order_relaxed);
   // Release on tail: our reads of the slot are finished before the producer may refill it.
   f.tail.store(tail + 1, std::memory_order_seq_cst);
   Waiter::wake(&f.tail, f.tailSleepers);

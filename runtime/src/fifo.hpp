@@ -28,19 +28,33 @@ class RingLink {
   // Waits for the next slot of our FIFO, hands its bytes to `consume`, then frees the slot.
   void recv(const std::function<void(const std::byte* data, std::size_t bytes)>& consume,
             Clock::time_point deadline);
+  // The same in two steps, for a reader that knows the size: peek waits for the next slot
+  // of our FIFO and returns it (the size word, on a line of its own, is not read); release
+  // frees it.
+  const std::byte* peek(Clock::time_point deadline);
+  void release();
 
  private:
   Segment& segment_;
   ControlPlane& control_;
   Arena arena_;
-  // Before the waiter's own spin-then-sleep, polls `ready` for up to kStreamSpin when the
-  // ranks have a core each (see fifo.cpp). Returns whether it became true.
+  // Before the waiter's own spin-then-sleep, polls `ready` for a while when the ranks have a
+  // core each and recent waits were short (see fifo.cpp). Returns whether it became true.
   template <class Ready>
-  bool spinFor(Ready&& ready) const;
+  bool spinFor(Ready&& ready);
+  // Records how long a wait that began at `start` lasted (it steers the spin).
+  void recordWait(Clock::time_point start);
 
   int left_;
   int right_;
   bool spin_;
+  std::int64_t expectedWaitNs_ = 0;  // moving average of recent waits
+  std::uint32_t waits_ = 0;
+  // The last tail of the right neighbour's FIFO and head of ours this rank read: both only
+  // grow, so a slot known free (or full) stays so, and the peer's line is read only when
+  // the cached value says wait.
+  std::uint64_t seenTail_ = 0;
+  std::uint64_t seenHead_ = 0;
 };
 
 }  // namespace xs::detail
