@@ -180,6 +180,32 @@ TEST(CollectivesPair, EveryOpTypeAndCountWithTwoRingSlots) {
   EXPECT_EQ(r.exitCode, 0) << r.report.text();
 }
 
+// Two ranks, out of place and larger than the streaming threshold: the output is written with
+// non-temporal stores, also at an address that is not a multiple of the cache line.
+TEST(CollectivesPair, LargeOutOfPlaceMatchesTheReference) {
+  SpawnOptions o;
+  o.quiet = true;
+  o.jobId = uniqueJobId("large");
+  JobResult r = spawn(
+      [](int rank, const Flags&) {
+        for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+          const std::size_t es = dtypeSize(t), count = (3u << 20) / es + 7;
+          const auto in = input(t, rank, count);
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+            const auto want = reference(t, op, 2, 0, count);
+            std::vector<std::byte> out(count * es + 64);
+            for (std::size_t shift : {std::size_t{0}, es}) {
+              all_reduce(in.data(), out.data() + shift, count, t, op);
+              if (std::memcmp(out.data() + shift, want.data(), count * es) != 0) return fail("large", t, op, count, "auto");
+            }
+          }
+        }
+        return 0;
+      },
+      2, o);
+  EXPECT_EQ(r.exitCode, 0) << r.report.text();
+}
+
 // The result's bytes hashed (FNV-1a).
 std::uint64_t hashBytes(const void* p, std::size_t n) {
   std::uint64_t h = 1469598103934665603ULL;
