@@ -38,18 +38,14 @@ class RingLink {
   Segment& segment_;
   ControlPlane& control_;
   Arena arena_;
-  // Before the waiter's own spin-then-sleep, polls `ready` for a while when the ranks have a
-  // core each and recent waits were short (see fifo.cpp). Returns whether it became true.
+  // Before the waiter's own spin-then-sleep, polls `ready` for up to kStreamSpin when the
+  // ranks have a core each (see fifo.cpp). Returns whether it became true.
   template <class Ready>
-  bool spinFor(Ready&& ready);
-  // Records how long a wait that began at `start` lasted (it steers the spin).
-  void recordWait(Clock::time_point start);
+  bool spinFor(Ready&& ready) const;
 
   int left_;
   int right_;
   bool spin_;
-  std::int64_t expectedWaitNs_ = 0;  // moving average of recent waits
-  std::uint32_t waits_ = 0;
   // The last tail of the right neighbour's FIFO and head of ours this rank read: both only
   // grow, so a slot known free (or full) stays so, and the peer's line is read only when
   // the cached value says wait.
