@@ -39,13 +39,16 @@ class RingLink {
   ControlPlane& control_;
   Arena arena_;
   // Before the waiter's own spin-then-sleep, polls `ready` for up to kStreamSpin when the
-  // ranks have a core each (see fifo.cpp). Returns whether it became true.
+  // ranks have a core each and recent polls succeeded (see fifo.cpp). Returns whether it
+  // became true.
   template <class Ready>
-  bool spinFor(Ready&& ready) const;
+  bool spinFor(Ready&& ready);
 
   int left_;
   int right_;
   bool spin_;
+  std::uint32_t misses_ = 0;  // polls that ran out since the last one that succeeded
+  std::uint32_t waits_ = 0;   // waits without a poll since then
   // The last tail of the right neighbour's FIFO and head of ours this rank read: both only
   // grow, so a slot known free (or full) stays so, and the peer's line is read only when
   // the cached value says wait.
