@@ -18,7 +18,8 @@ namespace {
 // kStreamSpin first, as long as its polls succeed. A poll that runs out means the peer is not
 // running (it may share our core while other jobs load the machine, and our polling only
 // delays it: 4 KiB calls took 55 us): then only every kProbeEvery-th wait polls, until one
-// succeeds again. The waiter's checked wait (abort, deadline) follows a poll that ran out.
+// succeeds again. Ranks pinned to cores of their own (--bind-to core) never share one: they
+// always poll. The waiter's checked wait (abort, deadline) follows a poll that ran out.
 constexpr std::chrono::microseconds kStreamSpin{50};
 constexpr std::uint32_t kProbeEvery = 8;
 
@@ -30,10 +31,16 @@ inline void relax() {
 
 }  // namespace
 
+bool RingLink::ownCores(int peer) const {
+  const int mine = segment_.slot(control_.rank()).boundCpu.load(std::memory_order_relaxed);
+  const int theirs = segment_.slot(peer).boundCpu.load(std::memory_order_relaxed);
+  return mine >= 0 && theirs >= 0 && mine != theirs;
+}
+
 template <class Ready>
-bool RingLink::spinFor(Ready&& ready) {
+bool RingLink::spinFor(int peer, Ready&& ready) {
   if (ready()) return true;
-  if (!spin_ || (misses_ > 0 && ++waits_ % kProbeEvery != 0)) return false;
+  if (!spin_ || (!ownCores(peer) && misses_ > 0 && ++waits_ % kProbeEvery != 0)) return false;
   const auto until = Clock::now() + kStreamSpin;
   for (std::uint32_t i = 1;; ++i) {
     if (ready()) {
@@ -73,7 +80,7 @@ std::byte* RingLink::reserve(Clock::time_point deadline) {
     // being read.
     std::uint64_t tail = f.tail.load(std::memory_order_acquire);
     if (head - tail >= slots) {
-      if (spinFor([&] { return head - f.tail.load(std::memory_order_acquire) < slots; })) {
+      if (spinFor(right_, [&] { return head - f.tail.load(std::memory_order_acquire) < slots; })) {
         tail = f.tail.load(std::memory_order_acquire);
       }
       const int need[1] = {right_};
@@ -114,7 +121,7 @@ const std::byte* RingLink::peek(Clock::time_point deadline) {
     // Acquire on head: pairs with the producer's release, so the slot's contents are complete.
     std::uint64_t head = f.head.load(std::memory_order_acquire);
     if (head == tail) {
-      if (spinFor([&] { return f.head.load(std::memory_order_acquire) != tail; })) {
+      if (spinFor(left_, [&] { return f.head.load(std::memory_order_acquire) != tail; })) {
         head = f.head.load(std::memory_order_acquire);
       }
       const int need[1] = {left_};

@@ -42,7 +42,9 @@ class RingLink {
   // ranks have a core each and recent polls succeeded (see fifo.cpp). Returns whether it
   // became true.
   template <class Ready>
-  bool spinFor(Ready&& ready);
+  bool spinFor(int peer, Ready&& ready);
+  // Are this rank and `peer` pinned to different cores (as the launcher records them)?
+  bool ownCores(int peer) const;
 
   int left_;
   int right_;
