@@ -2,7 +2,7 @@
 //
 //   bytes per rank moved (reads + writes) for S bytes among N ranks:
 //   zero-copy two-shot  2S          reduce my 1/N slice from every buffer, write it to all
-//   pair two-shot       3.5S        N=2: streamed through the pair's FIFOs, 2S of it to memory
+//   pair two-shot       4S          N=2: streamed through the pair's FIFOs, 2S of it to memory
 //   pair one-shot       5S          N=2: input into the peer's FIFO, reduce mine + its copy
 //   two-shot (staged)   5S + S/N    copy in, reduce my slice, copy every slice out
 //   parameter server    servers reduce their shard; one server moves N*S alone
@@ -132,8 +132,9 @@ void Collectives::allReducePair(const std::byte* in, std::byte* out, std::size_t
   // peer's reduced half out. The next chunk's half is sent before waiting for this chunk's
   // result, so both ranks reduce while the other copies. Both send in the same order
   // (input c, result c, input c+1, ...), and every message is received in the chunk it was
-  // sent in, so two FIFO slots suffice. Bytes per rank: 3.5S (S/2 staged, 2 x S/2 reduced,
-  // S/2 written to the peer, S/2 copied out), the shared part while it is still in cache.
+  // sent in, so two FIFO slots suffice. Bytes per rank: 4S (staging S/2: S; reducing 2 x S/2
+  // into 2 x S/2: 2S; copying S/2 out: S), of which only the input read and the output
+  // written (2S, the floor) go to memory: the FIFO slots are read while still in cache.
   const std::size_t es = dtypeSize(type);
   const std::size_t perChunk = 2 * std::max<std::size_t>(ring_.slotBytes() / es, 1);
   const std::size_t chunks = (count + perChunk - 1) / perChunk;
