@@ -28,11 +28,6 @@ namespace {
 // one-shot's reads grow with N.
 std::size_t oneShotMaxBytes(int world) { return world <= 4 ? 32 * 1024 : 16 * 1024; }
 
-// Above this many bytes an out-of-place streamed all-reduce writes its output with
-// non-temporal stores (measured on one core: reducing half and copying half of 64 MiB into a
-// private output took 15.7 ms against 17.5 ms).
-constexpr std::size_t kStreamOutputBytes = 2 * 1024 * 1024;
-
 }  // namespace
 
 std::size_t Collectives::chunkElements(std::size_t es) const {
@@ -148,10 +143,6 @@ void Collectives::allReducePair(const std::byte* in, std::byte* out, std::size_t
     const Slice s = half(c, peer);
     ring_.send(in + s.first * es, s.size * es, deadline_);
   };
-  // Out of place and larger than a core's L2, the output is written around the caches: its
-  // lines are not read in first, and nothing of it would stay cached anyway (in place, the
-  // lines were just read and are cached already).
-  const bool stream = in != out && count * es > kStreamOutputBytes;
   stage(0);
   for (std::size_t c = 0; c < chunks; ++c) {
     const Slice mine = half(c, rank_);
@@ -159,13 +150,12 @@ void Collectives::allReducePair(const std::byte* in, std::byte* out, std::size_t
     const void* s[2] = {in + mine.first * es, staged};
     if (rank_ == 1) std::swap(s[0], s[1]);  // rank order, as everywhere
     void* d[2] = {out + mine.first * es, ring_.reserve(deadline_)};
-    reduceInto(type, op, s, 2, d, 2, mine.size, 2, stream);
+    reduceInto(type, op, s, 2, d, 2, mine.size, 2);
     ring_.commit(mine.size * es);
     ring_.release();
     if (c + 1 < chunks) stage(c + 1);
     const Slice theirs = half(c, peer);
-    if (stream) streamCopy(out + theirs.first * es, ring_.peek(deadline_), theirs.size * es);
-    else std::memcpy(out + theirs.first * es, ring_.peek(deadline_), theirs.size * es);
+    std::memcpy(out + theirs.first * es, ring_.peek(deadline_), theirs.size * es);
     ring_.release();
   }
 }

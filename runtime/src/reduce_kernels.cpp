@@ -9,10 +9,6 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace xs::detail {
 namespace {
 
@@ -78,34 +74,9 @@ template <class A>
   }
 }
 
-// Non-temporal copy without the closing fence: 16-byte streaming stores (SSE2, on every x86-64;
-// the write-combining buffers merge them into whole lines), plain copies around them.
-void streamBytes(void* dst, const void* src, std::size_t bytes) {
-#if defined(__x86_64__)
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  const std::size_t head = std::min(bytes, (64 - reinterpret_cast<std::uintptr_t>(d) % 64) % 64);
-  std::memcpy(d, s, head);
-  std::size_t at = head;
-  for (; at + 64 <= bytes; at += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + at));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + at + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + at + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + at + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + at), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + at + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + at + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + at + 48), e);
-  }
-  std::memcpy(d + at, s + at, bytes - at);
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
-
 template <class T, ReduceOp Op>
 [[gnu::always_inline]] inline void kernel(const void* const* srcsv, int nsrc, void* const* dstsv,
-                                          int ndst, std::size_t n, int divisor, bool streamFirst) {
+                                          int ndst, std::size_t n, int divisor) {
   using E = Elem<T>;
   using A = typename E::Acc;
   alignas(64) A acc[kBlock];
@@ -127,13 +98,6 @@ template <class T, ReduceOp Op>
     }
     for (int d = 0; d < ndst; ++d) {
       T* dd = static_cast<T*>(dstsv[d]) + base;
-      if (d == 0 && streamFirst) {
-        // Through an L1-resident block, then around the caches.
-        alignas(64) T block[kBlock];
-        for (std::size_t j = 0; j < m; ++j) block[j] = E::store(acc[j]);
-        streamBytes(dd, block, m * sizeof(T));
-        continue;
-      }
       for (std::size_t j = 0; j < m; ++j) dd[j] = E::store(acc[j]);
     }
   }
@@ -141,60 +105,45 @@ template <class T, ReduceOp Op>
 
 template <class T>
 [[gnu::always_inline]] inline void byOp(ReduceOp op, const void* const* s, int ns, void* const* d,
-                                        int nd, std::size_t n, int div, bool nt) {
+                                        int nd, std::size_t n, int div) {
   switch (op) {
-    case ReduceOp::kSum: return kernel<T, ReduceOp::kSum>(s, ns, d, nd, n, div, nt);
-    case ReduceOp::kMean: return kernel<T, ReduceOp::kMean>(s, ns, d, nd, n, div, nt);
-    case ReduceOp::kMax: return kernel<T, ReduceOp::kMax>(s, ns, d, nd, n, div, nt);
-    case ReduceOp::kMin: return kernel<T, ReduceOp::kMin>(s, ns, d, nd, n, div, nt);
+    case ReduceOp::kSum: return kernel<T, ReduceOp::kSum>(s, ns, d, nd, n, div);
+    case ReduceOp::kMean: return kernel<T, ReduceOp::kMean>(s, ns, d, nd, n, div);
+    case ReduceOp::kMax: return kernel<T, ReduceOp::kMax>(s, ns, d, nd, n, div);
+    case ReduceOp::kMin: return kernel<T, ReduceOp::kMin>(s, ns, d, nd, n, div);
   }
 }
 
 #define XS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
-XS_CLONES void reduceF32(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div,
-                        bool nt) {
-  byOp<float>(op, s, ns, d, nd, n, div, nt);
+XS_CLONES void reduceF32(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div) {
+  byOp<float>(op, s, ns, d, nd, n, div);
 }
-XS_CLONES void reduceF64(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div,
-                        bool nt) {
-  byOp<double>(op, s, ns, d, nd, n, div, nt);
+XS_CLONES void reduceF64(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div) {
+  byOp<double>(op, s, ns, d, nd, n, div);
 }
-XS_CLONES void reduceI32(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div,
-                        bool nt) {
-  byOp<std::int32_t>(op, s, ns, d, nd, n, div, nt);
+XS_CLONES void reduceI32(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div) {
+  byOp<std::int32_t>(op, s, ns, d, nd, n, div);
 }
-XS_CLONES void reduceI64(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div,
-                        bool nt) {
-  byOp<std::int64_t>(op, s, ns, d, nd, n, div, nt);
+XS_CLONES void reduceI64(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div) {
+  byOp<std::int64_t>(op, s, ns, d, nd, n, div);
 }
-XS_CLONES void reduceBF16(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div,
-                        bool nt) {
-  byOp<std::uint16_t>(op, s, ns, d, nd, n, div, nt);
+XS_CLONES void reduceBF16(ReduceOp op, const void* const* s, int ns, void* const* d, int nd, std::size_t n, int div) {
+  byOp<std::uint16_t>(op, s, ns, d, nd, n, div);
 }
 
 }  // namespace
 
 void reduceInto(DType type, ReduceOp op, const void* const* srcs, int nsrc, void* const* dsts,
-                int ndst, std::size_t n, int meanDivisor, bool streamFirst) {
+                int ndst, std::size_t n, int meanDivisor) {
   if (n == 0 || ndst == 0) return;
   switch (type) {
-    case DType::kFloat32: reduceF32(op, srcs, nsrc, dsts, ndst, n, meanDivisor, streamFirst); break;
-    case DType::kFloat64: reduceF64(op, srcs, nsrc, dsts, ndst, n, meanDivisor, streamFirst); break;
-    case DType::kInt32: reduceI32(op, srcs, nsrc, dsts, ndst, n, meanDivisor, streamFirst); break;
-    case DType::kInt64: reduceI64(op, srcs, nsrc, dsts, ndst, n, meanDivisor, streamFirst); break;
-    case DType::kBFloat16: reduceBF16(op, srcs, nsrc, dsts, ndst, n, meanDivisor, streamFirst); break;
+    case DType::kFloat32: return reduceF32(op, srcs, nsrc, dsts, ndst, n, meanDivisor);
+    case DType::kFloat64: return reduceF64(op, srcs, nsrc, dsts, ndst, n, meanDivisor);
+    case DType::kInt32: return reduceI32(op, srcs, nsrc, dsts, ndst, n, meanDivisor);
+    case DType::kInt64: return reduceI64(op, srcs, nsrc, dsts, ndst, n, meanDivisor);
+    case DType::kBFloat16: return reduceBF16(op, srcs, nsrc, dsts, ndst, n, meanDivisor);
   }
-#if defined(__x86_64__)
-  if (streamFirst) _mm_sfence();
-#endif
-}
-
-void streamCopy(void* dst, const void* src, std::size_t bytes) {
-  streamBytes(dst, src, bytes);
-#if defined(__x86_64__)
-  _mm_sfence();
-#endif
 }
 
 void scaleCopy(DType type, const void* src, void* dst, std::size_t n, int divisor) {

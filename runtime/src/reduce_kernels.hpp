@@ -12,13 +12,8 @@ namespace xs::detail {
 // For i < n: v = srcs[0][i] op srcs[1][i] op ... (left to right); v *= scale for kMean;
 // dsts[d][i] = v for every d. kMean sums; `meanDivisor` is N. bfloat16 accumulates in float32.
 // Destinations may alias sources (each block is read whole before it is written).
-// `streamFirst`: dsts[0] is written with non-temporal stores (around the caches: for a
-// private output nobody reads soon, it saves reading each line in before it is written).
 void reduceInto(DType type, ReduceOp op, const void* const* srcs, int nsrc, void* const* dsts,
-                int ndst, std::size_t n, int meanDivisor, bool streamFirst = false);
-
-// memcpy with non-temporal stores (see reduceInto's streamFirst); the stores are fenced.
-void streamCopy(void* dst, const void* src, std::size_t bytes);
+                int ndst, std::size_t n, int meanDivisor);
 
 // dst = src / divisor (the mean of one source: a world of one).
 void scaleCopy(DType type, const void* src, void* dst, std::size_t n, int divisor);

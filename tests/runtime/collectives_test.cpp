@@ -180,8 +180,8 @@ TEST(CollectivesPair, EveryOpTypeAndCountWithTwoRingSlots) {
   EXPECT_EQ(r.exitCode, 0) << r.report.text();
 }
 
-// Two ranks, out of place and larger than the streaming threshold: the output is written with
-// non-temporal stores, also at an address that is not a multiple of the cache line.
+// Two ranks, a message of many pieces, out of place, also into an output that does not start on
+// a cache line.
 TEST(CollectivesPair, LargeOutOfPlaceMatchesTheReference) {
   SpawnOptions o;
   o.quiet = true;
