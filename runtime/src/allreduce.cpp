@@ -2,6 +2,8 @@
 //
 //   bytes per rank moved (reads + writes) for S bytes among N ranks:
 //   zero-copy two-shot  2S          reduce my 1/N slice from every buffer, write it to all
+//   pair two-shot       4S          N=2: streamed through the pair's FIFOs, 2S of it to memory
+//   pair one-shot       5S          N=2: input into the peer's FIFO, reduce mine + its copy
 //   two-shot (staged)   5S + S/N    copy in, reduce my slice, copy every slice out
 //   parameter server    servers reduce their shard; one server moves N*S alone
 //   one-shot            (N+3)S      copy in, every rank reduces everything (one sync)
@@ -55,11 +57,15 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
                                (static_cast<std::uint64_t>(op) << 4) ^ static_cast<std::uint64_t>(algo) ^
                                (static_cast<std::uint64_t>(options.psServers) << 52) ^
                                (useZeroCopy ? (offset + 1) * 0x100000001b3ULL : 0);
-  begin(OpKind::kAllReduce, options,
-        Description("{} {}[{}] {}{}", reduceOpName(op), dtypeName(type), count, algorithmName(algo),
-                    useZeroCopy ? " zero-copy" : "")
-            .view(),
-        detail);
+  // The description is formatted only when the arguments change (formatting costs about as
+  // much as a small all-reduce's synchronisation; training repeats one call).
+  const AllReduceKey key{count, type, op, algo, useZeroCopy};
+  if (!(key == lastAllReduce_)) {
+    allReduceText_ = Description("{} {}[{}] {}{}", reduceOpName(op), dtypeName(type), count, algorithmName(algo),
+                                 useZeroCopy ? " zero-copy" : "");
+    lastAllReduce_ = key;
+  }
+  begin(OpKind::kAllReduce, options, allReduceText_.view(), detail);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
   if (acrossMachines()) {
@@ -68,11 +74,15 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
     if (count) scaleCopy(type, src, dst, count, 1);
   } else if (count > 0) {
     switch (algo) {
-      case Algorithm::kOneShot: allReduceOneShot(src, dst, count, type, op); break;
+      case Algorithm::kOneShot:
+        if (world_ == 2) allReducePairOneShot(src, dst, count, type, op);
+        else allReduceOneShot(src, dst, count, type, op);
+        break;
       case Algorithm::kRing: allReduceRing(src, dst, count, type, op); break;
       case Algorithm::kParameterServer: allReduceSliced(src, dst, count, type, op, options.psServers); break;
       default:
         if (useZeroCopy) allReduceZeroCopy(offset, count, type, op);
+        else if (world_ == 2) allReducePair(src, dst, count, type, op);
         else allReduceSliced(src, dst, count, type, op, world_);
     }
   }
@@ -111,11 +121,70 @@ void Collectives::allReduceSliced(const std::byte* in, std::byte* out, std::size
   });
 }
 
+void Collectives::allReducePair(const std::byte* in, std::byte* out, std::size_t count, DType type,
+                                ReduceOp op) {
+  // Chunks of two FIFO slots; rank r reduces half r of each. Per chunk each rank sends the
+  // half its peer reduces (my input), reduces its own half from its private input and the
+  // peer's staged half straight into its output and into the peer's FIFO, and copies the
+  // peer's reduced half out. The next chunk's half is sent before waiting for this chunk's
+  // result, so both ranks reduce while the other copies. Both send in the same order
+  // (input c, result c, input c+1, ...), and every message is received in the chunk it was
+  // sent in, so two FIFO slots suffice. Bytes per rank: 4S (staging S/2: S; reducing 2 x S/2
+  // into 2 x S/2: 2S; copying S/2 out: S), of which only the input read and the output
+  // written (2S, the floor) go to memory: the FIFO slots are read while still in cache.
+  const std::size_t es = dtypeSize(type);
+  const std::size_t perChunk = 2 * std::max<std::size_t>(ring_.slotBytes() / es, 1);
+  const std::size_t chunks = (count + perChunk - 1) / perChunk;
+  const int peer = 1 - rank_;
+  auto half = [&](std::size_t c, int r) {
+    Slice s = slice_of(std::min(perChunk, count - c * perChunk), r, 2);
+    s.first += c * perChunk;
+    return s;
+  };
+  auto stage = [&](std::size_t c) {
+    const Slice s = half(c, peer);
+    ring_.send(in + s.first * es, s.size * es, deadline_);
+  };
+  stage(0);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const Slice mine = half(c, rank_);
+    const std::byte* staged = ring_.peek(deadline_);
+    const void* s[2] = {in + mine.first * es, staged};
+    if (rank_ == 1) std::swap(s[0], s[1]);  // rank order, as everywhere
+    void* d[2] = {out + mine.first * es, ring_.reserve(deadline_)};
+    reduceInto(type, op, s, 2, d, 2, mine.size, 2);
+    ring_.commit(mine.size * es);
+    ring_.release();
+    if (c + 1 < chunks) stage(c + 1);
+    const Slice theirs = half(c, peer);
+    std::memcpy(out + theirs.first * es, ring_.peek(deadline_), theirs.size * es);
+    ring_.release();
+  }
+}
+
+void Collectives::allReducePairOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type,
+                                       ReduceOp op) {
+  // Each rank sends its input, one FIFO slot at a time, and reduces every element from its
+  // own input and the peer's copy (rank order). The FIFO's head is the only flag: no sync.
+  const std::size_t es = dtypeSize(type);
+  const std::size_t perSlot = std::max<std::size_t>(ring_.slotBytes() / es, 1);
+  for (std::size_t at = 0; at < count; at += perSlot) {
+    const std::size_t n = std::min(perSlot, count - at);
+    ring_.send(in + at * es, n * es, deadline_);
+    const void* s[2] = {in + at * es, ring_.peek(deadline_)};
+    if (rank_ == 1) std::swap(s[0], s[1]);
+    void* d[1] = {out + at * es};
+    reduceInto(type, op, s, 2, d, 1, n, 2);
+    ring_.release();
+  }
+}
+
 void Collectives::allReduceOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type,
                                    ReduceOp op) {
   const std::size_t es = dtypeSize(type);
   stageChunks(in, count, es, [&](std::size_t at, std::size_t n, int par) {
     for (int k = 0; k < world_; ++k) srcs_[k] = arena_.stage(k, par);
+    srcs_[rank_] = in + at * es;  // my own chunk from where it is still cached, unshared
     void* d[1] = {out + at * es};
     reduceInto(type, op, srcs_.data(), world_, d, 1, n, world_);
   });

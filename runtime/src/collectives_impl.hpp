@@ -23,13 +23,14 @@ namespace xs::detail {
 // An op's description ("sum float[1000] two-shot"), formatted without touching the heap:
 // collectives run in the hot loop of training.
 struct Description {
+  Description() = default;
   template <class... Args>
   explicit Description(fmt::format_string<Args...> format, Args&&... args) {
     size = fmt::format_to_n(text, sizeof text - 1, format, std::forward<Args>(args)...).size;
     if (size > sizeof text - 1) size = sizeof text - 1;
   }
   std::string_view view() const;
-  char text[kTagBytes];
+  char text[kTagBytes] = {};
   std::size_t size = 0;
 };
 
@@ -70,6 +71,11 @@ class Collectives {
                    const std::function<void(std::size_t at, std::size_t n, int parity)>& body);
   void allReduceSliced(const std::byte* in, std::byte* out, std::size_t count, DType type,
                        ReduceOp op, int slicers);
+  // Two ranks, private buffers: two-shot pipelined through the pair's ring FIFOs.
+  void allReducePair(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
+  // Two ranks: one-shot with the FIFO's head as the only flag.
+  void allReducePairOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type,
+                            ReduceOp op);
   void allReduceOneShot(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
   void allReduceZeroCopy(std::uint64_t offset, std::size_t count, DType type, ReduceOp op);
   void allReduceRing(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
@@ -103,6 +109,17 @@ class Collectives {
   int machines_ = 1;
   int globalRank_ = 0;
   int globalWorld_ = 1;
+  // The last all-reduce's arguments and their description.
+  struct AllReduceKey {
+    std::size_t count = ~std::size_t{0};
+    DType type{};
+    ReduceOp op{};
+    Algorithm algo{};
+    bool zeroCopy = false;
+    bool operator==(const AllReduceKey&) const = default;
+  };
+  AllReduceKey lastAllReduce_;
+  Description allReduceText_;
   std::uint64_t stageUses_ = 0;
   std::size_t heapUsed_ = 0;
   Clock::time_point deadline_{};

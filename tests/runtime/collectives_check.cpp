@@ -34,6 +34,8 @@ void store(DType t, void* base, std::size_t i, double v) {
   }
 }
 
+}  // namespace
+
 std::vector<std::byte> input(DType t, int rank, std::size_t count) {
   std::vector<std::byte> buf(count * dtypeSize(t) + 1);
   for (std::size_t i = 0; i < count; ++i) store(t, buf.data(), i, isInt(t) ? intValueOf(rank, i) : valueOf(rank, i));
@@ -64,8 +66,6 @@ int fail(const char* what, DType t, ReduceOp op, std::size_t count, const char* 
               count, algo);
   return 1;
 }
-
-}  // namespace
 
 // Every collective and combination, checked on every rank.
 int checkEverything(int rank, const Flags&) {
