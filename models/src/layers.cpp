@@ -8,6 +8,15 @@
 #include "xspawn/engine/rng.hpp"
 
 namespace xs::engine {
+
+void Context::gradsReady(std::size_t first, std::size_t last) const {
+  if (!gradReady || !*gradReady) return;
+  const auto& v = params.views();
+  // A view owns the alignment gap after it, so the ranges tile the whole buffer.
+  std::size_t end = last + 1 < v.size() ? v[last + 1].offset : params.size();
+  (*gradReady)(v[first].offset, end - v[first].offset);
+}
+
 namespace {
 
 void expectChw(const Shape& in, const std::string& who) {
@@ -42,6 +51,7 @@ class Linear : public Module {
     if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
     linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
                    ctx.params.grad(b_), dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_);
+    ctx.gradsReady(w_, b_);
     return dx_;
   }
 
@@ -80,6 +90,7 @@ class Conv2d : public Module {
     conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
                    bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(),
                    ctx.params.value(w_), g_);
+    ctx.gradsReady(w_, bias_ ? b_ : w_);
     return dx_;
   }
 
@@ -224,6 +235,7 @@ class BatchNorm2d : public Module {
     batchNorm2dBackward(dx_.data(), ctx.params.grad(gamma_), ctx.params.grad(beta_), dy.data(),
                         x_->data(), stats_.data(), stats_.data() + c_, ctx.params.value(gamma_),
                         train_, args_);
+    ctx.gradsReady(gamma_, beta_);
     return dx_;
   }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +23,10 @@ struct Context {
   bool train = true;
   std::uint64_t seed = 0;  // dropout masks
   std::uint64_t step = 0;
+  // Told when a range of the flat gradient buffer is final (Model::setGradReadyHook); may be null.
+  const std::function<void(std::size_t, std::size_t)>* gradReady = nullptr;
+  // Reports the gradients of parameter views [first, last] (registered consecutively) as final.
+  void gradsReady(std::size_t first, std::size_t last) const;
 };
 
 // Accumulates the build-time facts of a model.
