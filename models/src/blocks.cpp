@@ -63,13 +63,16 @@ class BasicBlock : public Module {
     x_ = &x;
     const Tensor& b = body_.forward(x, ctx);
     const Tensor& s = shortcut_ ? shortcut_->forward(x, ctx) : x;
+    XS_CHECK(b.layout() == s.layout(), ShapeError, "basic block: body and shortcut layouts differ");
     y_.ensure(ctx.dev, b.shape(), "activations");
+    y_.setLayout(b.layout());
     addForward(y_.data(), b.data(), s.data(), b.numel());
     reluForward(y_.data(), y_.data(), y_.numel());
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     dsum_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dsum_.setLayout(dy.layout());
     reluBackward(dsum_.data(), dy.data(), y_.data(), dy.numel());
     const Tensor& dxBody = body_.backward(dsum_, ctx);
     if (!needInputGrad_) {
@@ -77,6 +80,7 @@ class BasicBlock : public Module {
       return dx_;
     }
     dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    dx_.setLayout(x_->layout());
     std::memcpy(dx_.data(), dxBody.data(), dx_.numel() * sizeof(float));
     const Tensor& dxShort = shortcut_ ? shortcut_->backward(dsum_, ctx) : dsum_;
     accumulate(dx_.data(), dxShort.data(), dx_.numel());

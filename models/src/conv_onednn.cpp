@@ -71,7 +71,7 @@ memory scratchpad(Device& dev, const Entry& e) {
   return memory(md, oneDnnContext().eng, dev.scratch(kScratchpadSlot, (e.scratchpadBytes + 3) / 4 + 1));
 }
 
-using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool, bool>;
+using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool, bool, bool, bool>;
 
 struct ConvCache : Device::KernelState {
   std::map<Key, std::unique_ptr<Entry>> entries;
@@ -112,7 +112,8 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias) {
   e->fwd = dnnl::convolution_forward(fpd);
   e->bwdData = dnnl::convolution_backward_data(dpd);
   e->bwdWeights = dnnl::convolution_backward_weights(wpd);
-  memory::desc srcU(srcD, dt::f32, tag::nchw), weiU(weiD, dt::f32, tag::oihw), dstU(dstD, dt::f32, tag::nchw);
+  memory::desc srcU(srcD, dt::f32, g.srcNhwc ? tag::nhwc : tag::nchw), weiU(weiD, dt::f32, tag::oihw);
+  memory::desc dstU(dstD, dt::f32, g.dstNhwc ? tag::nhwc : tag::nchw);
   e->src.init(dev, srcU, fpd.src_desc(), true);
   e->wei.init(dev, weiU, fpd.weights_desc(), true);
   e->dst.init(dev, dstU, fpd.dst_desc(), false);
@@ -132,7 +133,8 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias) {
 
 // The cached primitives of this geometry, or null when oneDNN has none for it.
 Entry* entry(Device& dev, const ConvGeom& g, bool bias) {
-  Key k{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad, bias, dev.precision() == Precision::kBf16};
+  Key k{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad, bias, dev.precision() == Precision::kBf16,
+        g.srcNhwc, g.dstNhwc};
   auto& c = cache(dev);
   auto it = c.find(k);
   if (it == c.end()) {

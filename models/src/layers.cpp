@@ -80,13 +80,20 @@ class Conv2d : public Module {
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     x_ = &x;
     g_.n = x.shape()[0];
+    g_.srcNhwc = x.layout() == Layout::kNhwc;
+    g_.dstNhwc = preferredLayout(ctx.dev) == Layout::kNhwc;
     y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
+    y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
     conv2dForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_),
                   bias_ ? ctx.params.value(b_) : nullptr, g_);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    XS_CHECK(dy.layout() == y_.layout(), ShapeError, "conv2d: the gradient's layout differs from the output's");
+    if (needInputGrad_) {
+      dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+      dx_.setLayout(x_->layout());
+    }
     conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
                    bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(),
                    ctx.params.value(w_), g_);
@@ -117,8 +124,10 @@ class Pool2d : public Module {
                       "larger --image-size");
     return Shape{in[0], g_.oh(), g_.ow()};
   }
-  const Tensor& forward(const Tensor& x, Context& ctx) override {
-    x_ = &x;
+  const Tensor& forward(const Tensor& x0, Context& ctx) override {
+    // Channels-last input: pooled in NCHW (the output stays NCHW, which a convolution takes).
+    const Tensor& x = toNchw(x0, ctx);
+    x_ = &x0;
     g_.n = x.shape()[0];
     if (kind_ == kAdaptive) {
       y_.ensure(ctx.dev, Shape{g_.n, g_.c, a_, b_}, "activations");
@@ -136,21 +145,37 @@ class Pool2d : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    const bool nhwc = x_->layout() == Layout::kNhwc;
+    Tensor& dx = nhwc ? staged_ : dx_;
+    dx.ensure(ctx.dev, x_->shape(), "activation gradients");
+    dx.setLayout(Layout::kNchw);
     if (kind_ == kAdaptive)
-      adaptiveAvgPool2dBackward(dx_.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
+      adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
     else if (kind_ == kAvg)
-      avgPool2dBackward(dx_.data(), dy.data(), g_);
+      avgPool2dBackward(dx.data(), dy.data(), g_);
     else
-      maxPool2dBackward(dx_.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_);
+      maxPool2dBackward(dx.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_);
+    if (nhwc) {
+      dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+      dx_.setLayout(Layout::kNhwc);
+      nchwToNhwc(dx_.data(), staged_.data(), g_.n, g_.c, g_.h * g_.w);
+    }
     return dx_;
   }
 
  private:
+  const Tensor& toNchw(const Tensor& x, Context& ctx) {
+    if (x.layout() == Layout::kNchw) return x;
+    staged_.ensure(ctx.dev, x.shape(), "activations");
+    staged_.setLayout(Layout::kNchw);
+    nhwcToNchw(staged_.data(), x.data(), x.shape()[0], x.shape()[1], x.shape()[2] * x.shape()[3]);
+    return staged_;
+  }
+
   Kind kind_;
   int a_, b_, pad_;
   PoolGeom g_{};
-  Tensor argmax_;
+  Tensor argmax_, staged_;
 };
 
 class Relu : public Module {
@@ -158,11 +183,13 @@ class Relu : public Module {
   Shape build(const Shape& in, const std::string&, BuildInfo&) override { return in; }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     y_.ensure(ctx.dev, x.shape(), "activations");
+    y_.setLayout(x.layout());
     reluForward(y_.data(), x.data(), x.numel());
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
     reluBackward(dx_.data(), dy.data(), y_.data(), dy.numel());
     return dx_;
   }
@@ -182,6 +209,7 @@ class Dropout : public Module {
     active_ = ctx.train && p_ > 0.f;
     if (!active_) return x;
     y_.ensure(ctx.dev, x.shape(), "activations");
+    y_.setLayout(x.layout());
     mask_.ensure(ctx.dev, x.shape(), "dropout mask");
     dropoutForward(y_.data(), mask_.data(), x.data(), x.numel(), p_, ctx.seed ^ salt_, ctx.step);
     return y_;
@@ -189,6 +217,7 @@ class Dropout : public Module {
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (!active_) return dy;
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
     dropoutBackward(dx_.data(), dy.data(), mask_.data(), dy.numel());
     return dx_;
   }
@@ -218,7 +247,9 @@ class BatchNorm2d : public Module {
     train_ = ctx.train;
     const Shape& s = x.shape();
     args_ = BatchNormArgs{s[0], s[1], s[2] * s[3]};
+    args_.nhwc = x.layout() == Layout::kNhwc;
     y_.ensure(ctx.dev, s, "activations");
+    y_.setLayout(x.layout());
     stats_.ensure(ctx.dev, Shape{2, c_}, "batch-norm statistics");
     float* mean = stats_.data();
     float* invstd = mean + c_;
@@ -231,7 +262,9 @@ class BatchNorm2d : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    XS_CHECK(dy.layout() == y_.layout(), ShapeError, "batch-norm: the gradient's layout differs from the output's");
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
     batchNorm2dBackward(dx_.data(), ctx.params.grad(gamma_), ctx.params.grad(beta_), dy.data(),
                         x_->data(), stats_.data(), stats_.data() + c_, ctx.params.value(gamma_),
                         train_, args_);
@@ -255,18 +288,24 @@ class Flatten : public Module {
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     int B = x.shape()[0];
     in_ = x.shape();
+    nhwc_ = x.layout() == Layout::kNhwc;
     y_.ensure(ctx.dev, Shape{B, static_cast<int>(x.shape().perSample())}, "activations");
-    std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));
+    // Features in PyTorch's [c, h, w] order whatever the layout: the linear weights expect it.
+    if (nhwc_) nhwcToNchw(y_.data(), x.data(), B, in_[1], in_[2] * in_[3]);
+    else std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     dx_.ensure(ctx.dev, in_, "activation gradients");
-    std::memcpy(dx_.data(), dy.data(), dy.numel() * sizeof(float));
+    dx_.setLayout(nhwc_ ? Layout::kNhwc : Layout::kNchw);
+    if (nhwc_) nchwToNhwc(dx_.data(), dy.data(), in_[0], in_[1], in_[2] * in_[3]);
+    else std::memcpy(dx_.data(), dy.data(), dy.numel() * sizeof(float));
     return dx_;
   }
 
  private:
   Shape in_;
+  bool nhwc_ = false;
 };
 
 }  // namespace

@@ -7,6 +7,14 @@
 #include "xspawn/engine/rng.hpp"
 
 namespace xs::engine {
+namespace detail {
+void batchNormNhwcForward(float* y, float* mean, float* invstd, float* runMean, float* runVar,
+                          const float* x, const float* gamma, const float* beta, bool train,
+                          const BatchNormArgs& a);
+void batchNormNhwcBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                           const float* mean, const float* invstd, const float* gamma, bool train,
+                           const BatchNormArgs& a);
+}  // namespace detail
 
 // The element-wise loops are branch-free and vectorised for the widest ISA found at run time.
 #define XS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -80,6 +88,10 @@ void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMea
                              const BatchNormArgs& a) {
   XS_CHECK(a.n * a.hw > 1, ShapeError,
            "batch-norm in training needs more than one value per channel: use a batch above 1");
+  if (a.nhwc) {
+    detail::batchNormNhwcForward(y, mean, invstd, runMean, runVar, x, gamma, beta, true, a);
+    return;
+  }
   const double m = static_cast<double>(a.n) * a.hw;
   for (int c = 0; c < a.c; ++c) {
     // Two passes (mean, then squared deviations) keep the variance accurate.
@@ -105,6 +117,11 @@ void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMea
 void batchNorm2dForwardEval(float* y, float* mean, float* invstd, const float* runMean,
                             const float* runVar, const float* x, const float* gamma,
                             const float* beta, const BatchNormArgs& a) {
+  if (a.nhwc) {
+    detail::batchNormNhwcForward(y, mean, invstd, const_cast<float*>(runMean), const_cast<float*>(runVar),
+                                 x, gamma, beta, false, a);
+    return;
+  }
   for (int c = 0; c < a.c; ++c) {
     float is = 1.f / std::sqrt(runVar[c] + a.eps);
     mean[c] = runMean[c];
@@ -141,6 +158,10 @@ XS_CLONES void rowGradInput(float* dx, const float* dy, const float* x, int hw, 
 void batchNorm2dBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                          const float* mean, const float* invstd, const float* gamma, bool train,
                          const BatchNormArgs& a) {
+  if (a.nhwc) {
+    detail::batchNormNhwcBackward(dx, dgamma, dbeta, dy, x, mean, invstd, gamma, train, a);
+    return;
+  }
   const double m = static_cast<double>(a.n) * a.hw;
   for (int c = 0; c < a.c; ++c) {
     double sdy = 0.0, sdxm = 0.0;  // sum dy, sum dy * (x - mu)

@@ -125,13 +125,29 @@ TEST(Golden, ReluAndLogSoftmax) {
 }
 
 TEST(Golden, BatchNorm) {
+  for (bool nhwc : {false, true})
   for (bool train : {true, false}) {
     const json& c = fixture("ops.json")[train ? "batchnorm_train" : "batchnorm_eval"];
     auto s = dims(c["in0_shape"]);
     BatchNormArgs a{s[0], s[1], s[2] * s[3]};
+    a.nhwc = nhwc;
     Vec x = vec(c["in0"]), g = vec(c["in1"]), b = vec(c["in2"]), dy = vec(c["dy"]);
     Vec rm = vec(c["running_mean"]), rv = vec(c["running_var"]);
     Vec y(x.size()), dx(x.size()), mean(a.c), invstd(a.c), dg(a.c, 0.f), db(a.c, 0.f);
+    auto toNhwc = [&](Vec& v) {  // channels last in, channels last out
+      if (!nhwc) return;
+      Vec t(v.size());
+      nchwToNhwc(t.data(), v.data(), a.n, a.c, a.hw);
+      v = t;
+    };
+    auto toNchw = [&](Vec& v) {
+      if (!nhwc) return;
+      Vec t(v.size());
+      nhwcToNchw(t.data(), v.data(), a.n, a.c, a.hw);
+      v = t;
+    };
+    toNhwc(x);
+    toNhwc(dy);
     if (train)
       batchNorm2dForwardTrain(y.data(), mean.data(), invstd.data(), rm.data(), rv.data(), x.data(), g.data(),
                               b.data(), a);
@@ -140,7 +156,9 @@ TEST(Golden, BatchNorm) {
                              b.data(), a);
     batchNorm2dBackward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mean.data(), invstd.data(),
                         g.data(), train, a);
-    std::string tag = train ? "bn train" : "bn eval";
+    toNchw(y);
+    toNchw(dx);
+    std::string tag = std::string(train ? "bn train" : "bn eval") + (nhwc ? " nhwc" : "");
     expectClose(tag + " y", y.data(), vec(c["y"]));
     expectClose(tag + " dx", dx.data(), vec(c["grad0"]), 1e-3, 1e-5);
     expectClose(tag + " dgamma", dg.data(), vec(c["grad1"]));
@@ -225,10 +243,26 @@ struct GoldenModel {
   }
 };
 
+// Sets a layout policy for the scope of a test.
+struct LayoutScope {
+  explicit LayoutScope(LayoutPolicy p) { setLayoutPolicy(p); }
+  ~LayoutScope() { setLayoutPolicy(LayoutPolicy::kAuto); }
+};
+
+void checkModel(const std::string& name);
+
 class GoldenModels : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GoldenModels, ForwardBackwardAndOneStep) {
-  GoldenModel g(GetParam());
+TEST_P(GoldenModels, ForwardBackwardAndOneStep) { checkModel(GetParam()); }
+
+// The same fp32 models with channels-last activations (bf16's layout) between the layers.
+TEST_P(GoldenModels, ChannelsLastForwardBackwardAndOneStep) {
+  LayoutScope nhwc(LayoutPolicy::kNhwc);
+  checkModel(GetParam());
+}
+
+void checkModel(const std::string& name) {
+  GoldenModel g(name);
   Model& m = *g.m;
   const json& c = g.c;
   expectClose("logits", m.forward(true).data(), vec(c["logits"]), 1e-3, 1e-4);
@@ -268,8 +302,17 @@ TEST_P(GoldenModels, ForwardBackwardAndOneStep) {
 
 TEST(Golden, ModelsOnIm2colConvolution) {
   setConvBackend(ConvBackend::kIm2col);
-  GoldenModel g("resnet18");
-  expectClose("im2col logits", g.m->forward(true).data(), vec(g.c["logits"]), 1e-3, 1e-4);
+  for (LayoutPolicy p : {LayoutPolicy::kNchw, LayoutPolicy::kNhwc}) {
+    LayoutScope scope(p);
+    GoldenModel g("resnet18");
+    expectClose("im2col logits", g.m->forward(true).data(), vec(g.c["logits"]), 1e-3, 1e-4);
+    g.m->loss();
+    g.m->backward();
+    const json& gj = g.c["grads"]["conv1.weight"];
+    double sum = 0;
+    for (std::size_t k = 0; k < 64 * 27; ++k) sum += g.m->params().grad(0)[k];
+    EXPECT_NEAR(sum, gj["sum"].get<double>(), 2e-3 * gj["abs_sum"].get<double>() + 1e-5);
+  }
   setConvBackend(ConvBackend::kOneDnn);
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "xspawn/engine/device.hpp"
+#include "xspawn/engine/tensor.hpp"
 
 namespace xs::engine {
 
@@ -24,6 +25,7 @@ struct ConvGeom {
   int n, c, h, w;       // input [n, c, h, w]
   int oc, kh, kw;       // weight [oc, c, kh, kw], bias [oc]
   int stride = 1, pad = 0;
+  bool srcNhwc = false, dstNhwc = false;  // x and dx / y and dy stored channels last
   int oh() const { return (h + 2 * pad - kh) / stride + 1; }
   int ow() const { return (w + 2 * pad - kw) / stride + 1; }
 };
@@ -36,12 +38,24 @@ ConvBackend parseConvBackend(const std::string& name);
 ConvBackend convBackend();
 void setConvBackend(ConvBackend b);
 
+// The layout the convolutions of dev want their activations in: NHWC for bf16 (the AMX and
+// AVX512-BF16 kernels read it directly), NCHW for fp32 (kAuto). $XS_ENGINE_LAYOUT (auto, nchw,
+// nhwc) or setLayoutPolicy choose one for every precision instead.
+enum class LayoutPolicy { kAuto, kNchw, kNhwc };
+LayoutPolicy parseLayoutPolicy(const std::string& name);
+void setLayoutPolicy(LayoutPolicy p);
+Layout preferredLayout(const Device& dev);
+
 // x [n, c, h, w], w [oc, c, kh, kw], b [oc] (may be null) -> y [n, oc, oh, ow]
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g);
 // dy [n, oc, oh, ow] -> dx [n, c, h, w] (skipped when null), dw +=, db += (skipped when null)
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g);
+
+// ---- layout conversions: [n, c, hw] <-> [n, hw, c] ----------------------------------------------
+void nchwToNhwc(float* dst, const float* src, int n, int c, int hw);
+void nhwcToNchw(float* dst, const float* src, int n, int c, int hw);
 
 // ---- pooling -------------------------------------------------------------------------------
 struct PoolGeom {
@@ -80,6 +94,7 @@ void accumulate(float* dst, const float* src, std::size_t count);
 struct BatchNormArgs {
   int n, c, hw;
   float momentum = 0.1f, eps = 1e-5f;
+  bool nhwc = false;  // x, y, dy, dx stored [n, hw, c]
 };
 // train: x [n, c, hw] -> y, mean [c], invstd [c]; runMean, runVar [c] updated (unbiased var)
 void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMean, float* runVar,

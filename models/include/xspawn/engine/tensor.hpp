@@ -24,6 +24,11 @@ struct Shape {
   std::string str() const;  // "[2, 3, 28, 28]"
 };
 
+// How a rank-4 activation [n, c, h, w] is stored: NCHW (PyTorch's default, the interface of
+// every op) or NHWC (channels last: what the bf16 matrix unit reads without a reorder). The
+// shape always names the logical NCHW dims.
+enum class Layout { kNchw, kNhwc };
+
 // A move-only float32 tensor owned by a device; memory returns to the arena on destruction.
 class Tensor {
  public:
@@ -49,6 +54,8 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   std::size_t numel() const { return shape_.numel(); }
   bool empty() const { return data_ == nullptr; }
+  Layout layout() const { return layout_; }
+  void setLayout(Layout l) { layout_ = l; }
   Device* device() const { return dev_; }
 
  private:
@@ -57,6 +64,7 @@ class Tensor {
   float* data_ = nullptr;
   std::size_t capacity_ = 0;
   Shape shape_;
+  Layout layout_ = Layout::kNchw;
 };
 
 }  // namespace xs::engine
