@@ -11,4 +11,12 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
 bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const float* dy,
                           const float* x, const float* w, const ConvGeom& g);
 
+// Channels-last convolution as GEMMs (conv_gemm_nhwc.cpp), chosen by useNhwcGemm: both
+// activations NHWC and at most setNhwcGemmMaxPixels output pixels per image.
+bool useNhwcGemm(const ConvGeom& g);
+void conv2dForwardGemmNhwc(Device& dev, float* y, const float* x, const float* w, const float* b,
+                           const ConvGeom& g);
+void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const float* dy,
+                            const float* x, const float* w, const ConvGeom& g);
+
 }  // namespace xs::engine::detail

@@ -207,6 +207,10 @@ const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g) {
   checkGeom(g);
+  if (convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemm(g)) {
+    detail::conv2dForwardGemmNhwc(dev, y, x, w, b, g);
+    return;
+  }
   if (convBackend() == ConvBackend::kOneDnn && detail::conv2dForwardOneDnn(dev, y, x, w, b, g)) return;
   if (g.srcNhwc || g.dstNhwc) {  // im2col runs on NCHW: convert around it
     ConvGeom p = g;
@@ -247,6 +251,10 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g) {
   checkGeom(g);
+  if (convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemm(g)) {
+    detail::conv2dBackwardGemmNhwc(dev, dx, dw, db, dy, x, w, g);
+    return;
+  }
   if (convBackend() == ConvBackend::kOneDnn && detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g))
     return;
   if (g.srcNhwc || g.dstNhwc) {  // im2col runs on NCHW: convert around it

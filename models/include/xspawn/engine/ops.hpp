@@ -37,6 +37,10 @@ const char* convBackendName(ConvBackend b);
 ConvBackend parseConvBackend(const std::string& name);
 ConvBackend convBackend();
 void setConvBackend(ConvBackend b);
+// With the oneDNN backend, a channels-last convolution of at most this many output pixels per
+// image runs as GEMMs over gathered patches instead (faster on small maps, docs/engine.md).
+// Default 16, or $XS_ENGINE_NHWC_GEMM_PIXELS; 0 turns it off.
+void setNhwcGemmMaxPixels(int pixels);
 
 // The layout the convolutions of dev want their activations in: NHWC for bf16 (the AMX and
 // AVX512-BF16 kernels read it directly), NCHW for fp32 (kAuto). $XS_ENGINE_LAYOUT (auto, nchw,
