@@ -40,8 +40,7 @@ class BasicBlock : public Module {
  public:
   BasicBlock(int in, int out, int stride) {
     body_.add("conv1", makeConv2d(in, out, 3, stride, 1))
-        .add("bn1", makeBatchNorm2d(out))
-        .add("relu", makeRelu())
+        .add("bn1", makeBatchNorm2d(out, true))  // batch-norm + ReLU in one pass
         .add("conv2", makeConv2d(out, out, 3, 1, 1))
         .add("bn2", makeBatchNorm2d(out));
     if (stride != 1 || in != out) shortcut_ = makeConv2d(in, out, 1, stride, 0);
@@ -66,8 +65,7 @@ class BasicBlock : public Module {
     XS_CHECK(b.layout() == s.layout(), ShapeError, "basic block: body and shortcut layouts differ");
     y_.ensure(ctx.dev, b.shape(), "activations");
     y_.setLayout(b.layout());
-    addForward(y_.data(), b.data(), s.data(), b.numel());
-    reluForward(y_.data(), y_.data(), y_.numel());
+    addReluForward(y_.data(), b.data(), s.data(), b.numel());
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
@@ -81,9 +79,8 @@ class BasicBlock : public Module {
     }
     dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
     dx_.setLayout(x_->layout());
-    std::memcpy(dx_.data(), dxBody.data(), dx_.numel() * sizeof(float));
     const Tensor& dxShort = shortcut_ ? shortcut_->backward(dsum_, ctx) : dsum_;
-    accumulate(dx_.data(), dxShort.data(), dx_.numel());
+    addForward(dx_.data(), dxBody.data(), dxShort.data(), dx_.numel());
     return dx_;
   }
 

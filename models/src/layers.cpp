@@ -231,7 +231,7 @@ class Dropout : public Module {
 
 class BatchNorm2d : public Module {
  public:
-  explicit BatchNorm2d(int c) : c_(c) {}
+  BatchNorm2d(int c, bool relu) : c_(c), relu_(relu) {}
   Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
     expectChw(in, prefix + ": batch-norm");
     XS_CHECK(in[0] == c_, ShapeError,
@@ -248,6 +248,7 @@ class BatchNorm2d : public Module {
     const Shape& s = x.shape();
     args_ = BatchNormArgs{s[0], s[1], s[2] * s[3]};
     args_.nhwc = x.layout() == Layout::kNhwc;
+    args_.relu = relu_;
     y_.ensure(ctx.dev, s, "activations");
     y_.setLayout(x.layout());
     stats_.ensure(ctx.dev, Shape{2, c_}, "batch-norm statistics");
@@ -267,13 +268,14 @@ class BatchNorm2d : public Module {
     dx_.setLayout(dy.layout());
     batchNorm2dBackward(dx_.data(), ctx.params.grad(gamma_), ctx.params.grad(beta_), dy.data(),
                         x_->data(), stats_.data(), stats_.data() + c_, ctx.params.value(gamma_),
-                        train_, args_);
+                        train_, args_, y_.data());
     ctx.gradsReady(gamma_, beta_);
     return dx_;
   }
 
  private:
   int c_;
+  bool relu_;
   bool train_ = true;
   BatchNormArgs args_{};
   std::size_t gamma_ = 0, beta_ = 0, mean_ = 0, var_ = 0;
@@ -325,7 +327,7 @@ ModulePtr makeAdaptiveAvgPool2d(int oh, int ow) {
 }
 ModulePtr makeRelu() { return std::make_unique<Relu>(); }
 ModulePtr makeDropout(float p) { return std::make_unique<Dropout>(p); }
-ModulePtr makeBatchNorm2d(int channels) { return std::make_unique<BatchNorm2d>(channels); }
+ModulePtr makeBatchNorm2d(int channels, bool relu) { return std::make_unique<BatchNorm2d>(channels, relu); }
 ModulePtr makeFlatten() { return std::make_unique<Flatten>(); }
 
 }  // namespace xs::engine

@@ -31,30 +31,42 @@ XS_CLONES void shiftedMoments(const float* x, int rows, int c, const float* shif
   }
 }
 
-// y[r,k] = x[r,k] * scale[k] + shift[k]
+// y[r,k] = x[r,k] * scale[k] + shift[k], then max(0, .) when Relu
+template <bool Relu>
 XS_CLONES void affineRows(float* y, const float* x, std::size_t rows, int c, const float* scale,
                           const float* shift) {
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * c;
     float* yr = y + r * c;
 #pragma omp simd
-    for (int k = 0; k < c; ++k) yr[k] = xr[k] * scale[k] + shift[k];
+    for (int k = 0; k < c; ++k) {
+      float v = xr[k] * scale[k] + shift[k];
+      yr[k] = Relu ? (v > 0.f ? v : 0.f) : v;
+    }
   }
 }
 
+// The gradient reaching the batch-norm: dy, or dy where the fused ReLU's output y > 0.
+template <bool Relu>
+inline float masked(const float* dy, const float* y, std::size_t i) {
+  if constexpr (Relu) return y[i] > 0.f ? dy[i] : 0.f;
+  else return dy[i];
+}
+
 // a[k] += sum_r dy[r,k], b[k] += sum_r dy[r,k] * (x[r,k] - mu[k])
-XS_CLONES void gradSums(const float* dy, const float* x, int rows, int c, const float* mu, float* p1,
-                        float* p2, double* a, double* b) {
+template <bool Relu>
+XS_CLONES void gradSums(const float* dy, const float* y, const float* x, int rows, int c, const float* mu,
+                        float* p1, float* p2, double* a, double* b) {
   for (int r0 = 0; r0 < rows; r0 += kBlockRows) {
     std::fill(p1, p1 + c, 0.f);
     std::fill(p2, p2 + c, 0.f);
     for (int r = r0; r < std::min(rows, r0 + kBlockRows); ++r) {
-      const float* dr = dy + static_cast<std::size_t>(r) * c;
-      const float* xr = x + static_cast<std::size_t>(r) * c;
+      const std::size_t o = static_cast<std::size_t>(r) * c;
 #pragma omp simd
       for (int k = 0; k < c; ++k) {
-        p1[k] += dr[k];
-        p2[k] += dr[k] * (xr[k] - mu[k]);
+        float d = masked<Relu>(dy, y, o + k);
+        p1[k] += d;
+        p2[k] += d * (x[o + k] - mu[k]);
       }
     }
     for (int k = 0; k < c; ++k) a[k] += p1[k], b[k] += p2[k];
@@ -62,12 +74,14 @@ XS_CLONES void gradSums(const float* dy, const float* x, int rows, int c, const 
 }
 
 // dx = g * (dy - k1 - (x - mu) * isk2), per channel k
-XS_CLONES void gradInputRows(float* dx, const float* dy, const float* x, std::size_t rows, int c,
-                             const float* g, const float* k1, const float* mu, const float* isk2) {
+template <bool Relu>
+XS_CLONES void gradInputRows(float* dx, const float* dy, const float* y, const float* x, std::size_t rows,
+                             int c, const float* g, const float* k1, const float* mu, const float* isk2) {
   for (std::size_t r = 0; r < rows; ++r) {
     const std::size_t o = r * c;
 #pragma omp simd
-    for (int k = 0; k < c; ++k) dx[o + k] = g[k] * (dy[o + k] - k1[k] - (x[o + k] - mu[k]) * isk2[k]);
+    for (int k = 0; k < c; ++k)
+      dx[o + k] = g[k] * (masked<Relu>(dy, y, o + k) - k1[k] - (x[o + k] - mu[k]) * isk2[k]);
   }
 }
 
@@ -103,17 +117,19 @@ void batchNormNhwcForward(float* y, float* mean, float* invstd, float* runMean, 
     scale[k] = gamma[k] * invstd[k];
     shift[k] = beta[k] - mean[k] * scale[k];
   }
-  affineRows(y, x, static_cast<std::size_t>(rows), c, scale.data(), shift.data());
+  if (a.relu) affineRows<true>(y, x, static_cast<std::size_t>(rows), c, scale.data(), shift.data());
+  else affineRows<false>(y, x, static_cast<std::size_t>(rows), c, scale.data(), shift.data());
 }
 
 void batchNormNhwcBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                            const float* mean, const float* invstd, const float* gamma, bool train,
-                           const BatchNormArgs& a) {
+                           const BatchNormArgs& a, const float* y) {
   const int c = a.c, rows = a.n * a.hw;
   const double m = static_cast<double>(rows);
   std::vector<double> sdy(c, 0.0), sdxm(c, 0.0);
   std::vector<float> p1(c), p2(c), g(c), k1(c), isk2(c);
-  gradSums(dy, x, rows, c, mean, p1.data(), p2.data(), sdy.data(), sdxm.data());
+  if (a.relu) gradSums<true>(dy, y, x, rows, c, mean, p1.data(), p2.data(), sdy.data(), sdxm.data());
+  else gradSums<false>(dy, y, x, rows, c, mean, p1.data(), p2.data(), sdy.data(), sdxm.data());
   for (int k = 0; k < c; ++k) {
     const double sdyx = sdxm[k] * invstd[k];  // sum dy * xhat
     dgamma[k] += static_cast<float>(sdyx);
@@ -122,7 +138,8 @@ void batchNormNhwcBackward(float* dx, float* dgamma, float* dbeta, const float* 
     k1[k] = train ? static_cast<float>(sdy[k] / m) : 0.f;
     isk2[k] = train ? invstd[k] * static_cast<float>(sdyx / m) : 0.f;
   }
-  gradInputRows(dx, dy, x, static_cast<std::size_t>(rows), c, g.data(), k1.data(), mean, isk2.data());
+  if (a.relu) gradInputRows<true>(dx, dy, y, x, static_cast<std::size_t>(rows), c, g.data(), k1.data(), mean, isk2.data());
+  else gradInputRows<false>(dx, dy, y, x, static_cast<std::size_t>(rows), c, g.data(), k1.data(), mean, isk2.data());
 }
 
 }  // namespace xs::engine::detail

@@ -13,7 +13,7 @@ void batchNormNhwcForward(float* y, float* mean, float* invstd, float* runMean, 
                           const BatchNormArgs& a);
 void batchNormNhwcBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                            const float* mean, const float* invstd, const float* gamma, bool train,
-                           const BatchNormArgs& a);
+                           const BatchNormArgs& a, const float* y);
 }  // namespace detail
 
 // The element-wise loops are branch-free and vectorised for the widest ISA found at run time.
@@ -56,6 +56,14 @@ XS_CLONES void dropoutBackward(float* dx, const float* dy, const float* mask, st
 XS_CLONES void addForward(float* y, const float* a, const float* b, std::size_t count) {
 #pragma omp simd
   for (std::size_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
+}
+
+XS_CLONES void addReluForward(float* y, const float* a, const float* b, std::size_t count) {
+#pragma omp simd
+  for (std::size_t i = 0; i < count; ++i) {
+    float v = a[i] + b[i];
+    y[i] = v > 0.f ? v : 0.f;
+  }
 }
 
 XS_CLONES void accumulate(float* dst, const float* src, std::size_t count) {
@@ -112,6 +120,7 @@ void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMea
       rowAffine(y + off, x + off, a.hw, scale, shift);
     }
   }
+  if (a.relu) reluForward(y, y, static_cast<std::size_t>(a.n) * a.c * a.hw);
 }
 
 void batchNorm2dForwardEval(float* y, float* mean, float* invstd, const float* runMean,
@@ -132,6 +141,7 @@ void batchNorm2dForwardEval(float* y, float* mean, float* invstd, const float* r
       rowAffine(y + off, x + off, a.hw, scale, shift);
     }
   }
+  if (a.relu) reluForward(y, y, static_cast<std::size_t>(a.n) * a.c * a.hw);
 }
 
 namespace {
@@ -157,10 +167,15 @@ XS_CLONES void rowGradInput(float* dx, const float* dy, const float* x, int hw, 
 
 void batchNorm2dBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                          const float* mean, const float* invstd, const float* gamma, bool train,
-                         const BatchNormArgs& a) {
+                         const BatchNormArgs& a, const float* y) {
+  XS_CHECK(!a.relu || y, ArgumentError, "batch-norm backward with a fused ReLU needs the forward's output y");
   if (a.nhwc) {
-    detail::batchNormNhwcBackward(dx, dgamma, dbeta, dy, x, mean, invstd, gamma, train, a);
+    detail::batchNormNhwcBackward(dx, dgamma, dbeta, dy, x, mean, invstd, gamma, train, a, y);
     return;
+  }
+  if (a.relu) {  // dx = dy masked by the ReLU, then the batch-norm backward in place on it
+    reluBackward(dx, dy, y, static_cast<std::size_t>(a.n) * a.c * a.hw);
+    dy = dx;
   }
   const double m = static_cast<double>(a.n) * a.hw;
   for (int c = 0; c < a.c; ++c) {

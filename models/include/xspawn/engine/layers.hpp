@@ -73,7 +73,8 @@ ModulePtr makeAvgPool2d(int k, int stride, int pad = 0);
 ModulePtr makeAdaptiveAvgPool2d(int oh, int ow);
 ModulePtr makeRelu();
 ModulePtr makeDropout(float p);
-ModulePtr makeBatchNorm2d(int channels);
+// relu: batch-norm followed by ReLU, in one pass each way.
+ModulePtr makeBatchNorm2d(int channels, bool relu = false);
 ModulePtr makeFlatten();
 // ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); the shortcut is a
 // strided 1x1 conv ("conv3") when the stride or the channel count changes.

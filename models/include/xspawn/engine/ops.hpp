@@ -91,6 +91,8 @@ void dropoutForward(float* y, float* mask, const float* x, std::size_t count, fl
 void dropoutBackward(float* dx, const float* dy, const float* mask, std::size_t count);
 // a, b [count] -> y [count]; backward: dy flows unchanged into both inputs
 void addForward(float* y, const float* a, const float* b, std::size_t count);
+// y = relu(a + b) (y may alias a or b)
+void addReluForward(float* y, const float* a, const float* b, std::size_t count);
 // dst [count] += src [count]
 void accumulate(float* dst, const float* src, std::size_t count);
 
@@ -99,6 +101,7 @@ struct BatchNormArgs {
   int n, c, hw;
   float momentum = 0.1f, eps = 1e-5f;
   bool nhwc = false;  // x, y, dy, dx stored [n, hw, c]
+  bool relu = false;  // y = relu(batch-norm(x)); backward then takes that y to mask dy
 };
 // train: x [n, c, hw] -> y, mean [c], invstd [c]; runMean, runVar [c] updated (unbiased var)
 void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMean, float* runVar,
@@ -108,10 +111,11 @@ void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMea
 void batchNorm2dForwardEval(float* y, float* mean, float* invstd, const float* runMean,
                             const float* runVar, const float* x, const float* gamma,
                             const float* beta, const BatchNormArgs& a);
-// dy [n, c, hw] -> dx [n, c, hw], dgamma [c] +=, dbeta [c] +=; train: through batch statistics
+// dy [n, c, hw] -> dx [n, c, hw], dgamma [c] +=, dbeta [c] +=; train: through batch statistics.
+// With a.relu, y is the forward's output (dy counts only where y > 0); otherwise y may be null.
 void batchNorm2dBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                          const float* mean, const float* invstd, const float* gamma, bool train,
-                         const BatchNormArgs& a);
+                         const BatchNormArgs& a, const float* y = nullptr);
 
 // ---- losses (mean over the batch) -------------------------------------------------------------
 // x [B, C] -> y [B, C] = log softmax(x)
