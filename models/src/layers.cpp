@@ -125,17 +125,21 @@ class Pool2d : public Module {
     return Shape{in[0], g_.oh(), g_.ow()};
   }
   const Tensor& forward(const Tensor& x0, Context& ctx) override {
-    // Channels-last input: pooled in NCHW (the output stays NCHW, which a convolution takes).
-    const Tensor& x = toNchw(x0, ctx);
+    // Max-pool runs in either layout; the average pools pool channels-last input in NCHW (the
+    // output stays NCHW, which the next convolution or flatten takes).
+    g_.nhwc = kind_ == kMax && x0.layout() == Layout::kNhwc;
+    const Tensor& x = g_.nhwc ? x0 : toNchw(x0, ctx);
     x_ = &x0;
     g_.n = x.shape()[0];
     if (kind_ == kAdaptive) {
       y_.ensure(ctx.dev, Shape{g_.n, g_.c, a_, b_}, "activations");
+      y_.setLayout(Layout::kNchw);
       adaptiveAvgPool2dForward(y_.data(), x.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
       return y_;
     }
     Shape out{g_.n, g_.c, g_.oh(), g_.ow()};
     y_.ensure(ctx.dev, out, "activations");
+    y_.setLayout(x.layout());
     if (kind_ == kAvg) {
       avgPool2dForward(y_.data(), x.data(), g_);
     } else {
@@ -145,10 +149,10 @@ class Pool2d : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    const bool nhwc = x_->layout() == Layout::kNhwc;
+    const bool nhwc = x_->layout() == Layout::kNhwc && !g_.nhwc;  // pooled in NCHW
     Tensor& dx = nhwc ? staged_ : dx_;
     dx.ensure(ctx.dev, x_->shape(), "activation gradients");
-    dx.setLayout(Layout::kNchw);
+    dx.setLayout(g_.nhwc ? Layout::kNhwc : Layout::kNchw);
     if (kind_ == kAdaptive)
       adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
     else if (kind_ == kAvg)

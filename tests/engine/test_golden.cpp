@@ -114,6 +114,18 @@ TEST(Golden, Pools) {
           std::vector<std::int32_t> am(y.size());
           maxPool2dForward(y.data(), am.data(), x.data(), g);
           maxPool2dBackward(dx.data(), dy.data(), am.data(), g);
+          // Channels last: the same results after converting back.
+          g.nhwc = true;
+          const int ohw = g.oh() * g.ow();
+          Vec xl(x.size()), dyl(dy.size()), yl(y.size()), dxl(x.size()), back(x.size());
+          nchwToNhwc(xl.data(), x.data(), g.n, g.c, g.h * g.w);
+          nchwToNhwc(dyl.data(), dy.data(), g.n, g.c, ohw);
+          maxPool2dForward(yl.data(), am.data(), xl.data(), g);
+          maxPool2dBackward(dxl.data(), dyl.data(), am.data(), g);
+          nhwcToNchw(back.data(), yl.data(), g.n, g.c, ohw);
+          expectClose(name + " nhwc y", back.data(), vec(c["y"]));
+          nhwcToNchw(back.data(), dxl.data(), g.n, g.c, g.h * g.w);
+          expectClose(name + " nhwc dx", back.data(), vec(c["grad0"]));
         } else {
           avgPool2dForward(y.data(), x.data(), g);
           avgPool2dBackward(dx.data(), dy.data(), g);

@@ -65,6 +65,7 @@ void nhwcToNchw(float* dst, const float* src, int n, int c, int hw);
 struct PoolGeom {
   int n, c, h, w;  // input [n, c, h, w]
   int k, stride, pad = 0;
+  bool nhwc = false;  // max-pool only: x, y, argmax, dy, dx stored channels last
   int oh() const { return (h + 2 * pad - k) / stride + 1; }
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
 };
