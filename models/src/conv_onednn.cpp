@@ -33,12 +33,13 @@ struct Port {
     if (input) toInner = dnnl::reorder(memory(u, eng, nullptr), memory(in, eng, nullptr));
     else toUser = dnnl::reorder(memory(in, eng, nullptr), memory(u, eng, nullptr));
   }
-  // The primitive's view of an input at p, converted when the layouts differ.
-  memory in(const float* p) {
+  // The primitive's view of an input at p, converted (into to, or the staging buffer) when the
+  // layouts differ.
+  memory in(const float* p, float* to = nullptr) {
     auto& c = oneDnnContext();
     memory um(user, c.eng, const_cast<float*>(p));
     if (same) return um;
-    memory im(inner, c.eng, buf.data());
+    memory im(inner, c.eng, to ? to : buf.data());
     toInner.execute(c.stream, um, im);
     return im;
   }
@@ -62,6 +63,8 @@ struct Entry {
   Tensor dwUser, dbUser;            // fp32 gradients before accumulation
   bool sharedDiffDst = false;       // both backward primitives read diff_dst in one layout
   std::size_t scratchpadBytes = 0;
+  // keepSrc: the converted x of each call site (by x's address), kept from forward to backward.
+  std::unordered_map<const float*, Tensor> keptSrc;
 };
 
 constexpr int kScratchpadSlot = 3;  // Device scratch slot (0-2: im2col, 4-5: GEMM)
@@ -156,8 +159,14 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
   Entry* e = entry(dev, g, b != nullptr);
   if (!e) return false;
   auto& c = oneDnnContext();
+  float* keep = nullptr;
+  if (g.keepSrc && !e->src.same) {
+    Tensor& k = e->keptSrc[x];
+    if (k.empty()) k = Tensor(dev, Shape{static_cast<int>((e->src.inner.get_size() + 3) / 4)}, "convolution staging");
+    keep = k.data();
+  }
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, e->src.in(x)}, {DNNL_ARG_WEIGHTS, e->wei.in(w)}, {DNNL_ARG_DST, e->dst.out(y)},
+      {DNNL_ARG_SRC, e->src.in(x, keep)}, {DNNL_ARG_WEIGHTS, e->wei.in(w)}, {DNNL_ARG_DST, e->dst.out(y)},
       {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
   if (b) args.emplace(DNNL_ARG_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, const_cast<float*>(b)));
   e->fwd.execute(c.stream, args);
@@ -172,7 +181,11 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   if (!e) return false;
   auto& c = oneDnnContext();
   memory diffDst = e->bwDiffDst.in(dy);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e->bwSrc.in(x)},
+  memory src;
+  auto kept = g.keepSrc && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
+  if (kept != e->keptSrc.end()) src = memory(e->bwSrc.inner, c.eng, kept->second.data());
+  else src = e->bwSrc.in(x);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
                                        {DNNL_ARG_DIFF_DST, diffDst},
                                        {DNNL_ARG_DIFF_WEIGHTS, e->bwDiffWei.out(e->dwUser.data())},
                                        {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};

@@ -69,6 +69,7 @@ class Conv2d : public Module {
     XS_CHECK(in[0] == in_, ShapeError,
              prefix + ": conv2d expects " + std::to_string(in_) + " channels, got " + in.str());
     g_ = ConvGeom{1, in_, in[1], in[2], out_, k_, k_, stride_, pad_};
+    g_.keepSrc = true;  // x stays as it is until backward
     XS_CHECK(g_.oh() > 0 && g_.ow() > 0, ShapeError,
              prefix + ": the image " + in.str() + " is too small for this network: use a larger --image-size");
     float bound = 1.f / std::sqrt(static_cast<float>(in_ * k_ * k_));

@@ -96,6 +96,29 @@ TEST(Golden, Conv2d) {
   setNhwcGemmMaxPixels(16);
 }
 
+TEST(Golden, Bf16ConvolutionReusesItsConvertedInputExactly) {
+  // keepSrc: backward reads forward's bf16 copy of x instead of converting x again; same bits.
+  DeviceOptions o;
+  o.precision = Precision::kBf16;
+  Device dev(o);
+  const json& c = fixture("ops.json")["conv2d_1"];
+  auto xs = dims(c["in0_shape"]), ws = dims(c["in1_shape"]);
+  Vec x = vec(c["in0"]), w = vec(c["in1"]), b = vec(c["in2"]), dy = vec(c["dy"]);
+  std::vector<Vec> dws;
+  for (bool keep : {false, true})
+    for (bool nhwc : {false, true}) {
+      ConvGeom g{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], c["params"]["stride"], c["params"]["pad"]};
+      g.keepSrc = keep;
+      g.srcNhwc = g.dstNhwc = nhwc;  // the data is just read in the other layout
+      Vec y(dy.size()), dx(x.size()), dw(w.size(), 0.f), db(b.size(), 0.f);
+      conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), g);
+      conv2dBackward(dev, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), g);
+      dws.push_back(dw);
+    }
+  EXPECT_EQ(dws[0], dws[2]);
+  EXPECT_EQ(dws[1], dws[3]);
+}
+
 TEST(Golden, Pools) {
   for (const char* kind : {"maxpool_", "avgpool_", "adaptive_avgpool_"})
     for (int i = 0;; ++i) {

@@ -26,6 +26,9 @@ struct ConvGeom {
   int oc, kh, kw;       // weight [oc, c, kh, kw], bias [oc]
   int stride = 1, pad = 0;
   bool srcNhwc = false, dstNhwc = false;  // x and dx / y and dy stored channels last
+  // The caller leaves x unchanged between conv2dForward and conv2dBackward: the backward then
+  // reuses the forward's copy of x in the kernel's layout and precision (one conversion less).
+  bool keepSrc = false;
   int oh() const { return (h + 2 * pad - kh) / stride + 1; }
   int ow() const { return (w + 2 * pad - kw) / stride + 1; }
 };
