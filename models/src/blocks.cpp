@@ -40,9 +40,9 @@ class BasicBlock : public Module {
  public:
   BasicBlock(int in, int out, int stride) {
     body_.add("conv1", makeConv2d(in, out, 3, stride, 1))
-        .add("bn1", makeBatchNorm2d(out, true))  // batch-norm + ReLU in one pass
+        .add("bn1", makeBatchNorm2d(out, true, true))  // batch-norm + ReLU in one pass
         .add("conv2", makeConv2d(out, out, 3, 1, 1))
-        .add("bn2", makeBatchNorm2d(out));
+        .add("bn2", makeBatchNorm2d(out, false, true));
     if (stride != 1 || in != out) shortcut_ = makeConv2d(in, out, 1, stride, 0);
   }
   Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {

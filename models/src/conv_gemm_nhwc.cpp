@@ -121,8 +121,12 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
   for (int n0 = 0; n0 < g.n; n0 += nbMax) {
     const int nb = std::min(nbMax, g.n - n0), rows = nb * ohw;
     const float* dyc = dy + static_cast<std::size_t>(n0) * ohw * g.oc;
-    if (db)
+    if (db && dev.precision() == Precision::kBf16) {
+      // As oneDNN's bf16 backward-weights: the bias gradient sums dy as the products read it.
+      for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * g.oc; ++i) db[i % g.oc] += roundToBf16(dyc[i]);
+    } else if (db) {
       for (int r = 0; r < rows; ++r) accumulate(db, dyc + static_cast<std::size_t>(r) * g.oc, g.oc);
+    }
     float* col = dev.scratch(kColSlot, static_cast<std::size_t>(rows) * K);
     im2colNhwc(col, x, g, n0, nb);
     // dwt [oc, K] (+)= dyc^T [oc, rows] * col [rows, K]

@@ -74,7 +74,7 @@ memory scratchpad(Device& dev, const Entry& e) {
   return memory(md, oneDnnContext().eng, dev.scratch(kScratchpadSlot, (e.scratchpadBytes + 3) / 4 + 1));
 }
 
-using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool, bool, bool, bool>;
+using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool, bool, bool, bool, bool>;
 
 struct ConvCache : Device::KernelState {
   std::map<Key, std::unique_ptr<Entry>> entries;
@@ -117,14 +117,15 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias) {
   e->bwdWeights = dnnl::convolution_backward_weights(wpd);
   memory::desc srcU(srcD, dt::f32, g.srcNhwc ? tag::nhwc : tag::nchw), weiU(weiD, dt::f32, tag::oihw);
   memory::desc dstU(dstD, dt::f32, g.dstNhwc ? tag::nhwc : tag::nchw);
+  memory::desc diffDstU(dstD, g.dyBf16 ? dt::bf16 : dt::f32, g.dstNhwc ? tag::nhwc : tag::nchw);
   e->src.init(dev, srcU, fpd.src_desc(), true);
   e->wei.init(dev, weiU, fpd.weights_desc(), true);
   e->dst.init(dev, dstU, fpd.dst_desc(), false);
-  e->bdDiffDst.init(dev, dstU, dpd.diff_dst_desc(), true);
+  e->bdDiffDst.init(dev, diffDstU, dpd.diff_dst_desc(), true);
   e->bdWei.init(dev, weiU, dpd.weights_desc(), true);
   e->bdDiffSrc.init(dev, srcU, dpd.diff_src_desc(), false);
   e->bwSrc.init(dev, srcU, wpd.src_desc(), true);
-  e->bwDiffDst.init(dev, dstU, wpd.diff_dst_desc(), true);
+  e->bwDiffDst.init(dev, diffDstU, wpd.diff_dst_desc(), true);
   e->bwDiffWei.init(dev, weiU, wpd.diff_weights_desc(), false);
   e->dwUser = Tensor(dev, Shape{g.oc, g.c, g.kh, g.kw}, "convolution weight gradient");
   e->dbUser = Tensor(dev, Shape{g.oc}, "convolution bias gradient");
@@ -137,7 +138,7 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias) {
 // The cached primitives of this geometry, or null when oneDNN has none for it.
 Entry* entry(Device& dev, const ConvGeom& g, bool bias) {
   Key k{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad, bias, dev.precision() == Precision::kBf16,
-        g.srcNhwc, g.dstNhwc};
+        g.srcNhwc, g.dstNhwc, g.dyBf16};
   auto& c = cache(dev);
   auto it = c.find(k);
   if (it == c.end()) {

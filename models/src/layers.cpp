@@ -95,6 +95,7 @@ class Conv2d : public Module {
       dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
       dx_.setLayout(x_->layout());
     }
+    g_.dyBf16 = dy.dtype() == DType::kBf16;
     conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
                    bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(),
                    ctx.params.value(w_), g_);
@@ -236,7 +237,7 @@ class Dropout : public Module {
 
 class BatchNorm2d : public Module {
  public:
-  BatchNorm2d(int c, bool relu) : c_(c), relu_(relu) {}
+  BatchNorm2d(int c, bool relu, bool gradToConv) : c_(c), relu_(relu), gradToConv_(gradToConv) {}
   Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
     expectChw(in, prefix + ": batch-norm");
     XS_CHECK(in[0] == c_, ShapeError,
@@ -271,6 +272,9 @@ class BatchNorm2d : public Module {
     XS_CHECK(dy.layout() == y_.layout(), ShapeError, "batch-norm: the gradient's layout differs from the output's");
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
     dx_.setLayout(dy.layout());
+    // Feeding a bf16 convolution, dx is written as the bf16 it would be rounded to there.
+    args_.dxBf16 = gradToConv_ && args_.nhwc && ctx.dev.precision() == Precision::kBf16;
+    dx_.setDtype(args_.dxBf16 ? DType::kBf16 : DType::kF32);
     batchNorm2dBackward(dx_.data(), ctx.params.grad(gamma_), ctx.params.grad(beta_), dy.data(),
                         x_->data(), stats_.data(), stats_.data() + c_, ctx.params.value(gamma_),
                         train_, args_, y_.data());
@@ -280,7 +284,7 @@ class BatchNorm2d : public Module {
 
  private:
   int c_;
-  bool relu_;
+  bool relu_, gradToConv_;
   bool train_ = true;
   BatchNormArgs args_{};
   std::size_t gamma_ = 0, beta_ = 0, mean_ = 0, var_ = 0;
@@ -332,7 +336,9 @@ ModulePtr makeAdaptiveAvgPool2d(int oh, int ow) {
 }
 ModulePtr makeRelu() { return std::make_unique<Relu>(); }
 ModulePtr makeDropout(float p) { return std::make_unique<Dropout>(p); }
-ModulePtr makeBatchNorm2d(int channels, bool relu) { return std::make_unique<BatchNorm2d>(channels, relu); }
+ModulePtr makeBatchNorm2d(int channels, bool relu, bool gradToConv) {
+  return std::make_unique<BatchNorm2d>(channels, relu, gradToConv);
+}
 ModulePtr makeFlatten() { return std::make_unique<Flatten>(); }
 
 }  // namespace xs::engine

@@ -66,7 +66,7 @@ std::unique_ptr<Sequential> resnet18(const ModelConfig& cfg, int c) {
   // Seed 003 (CIFAR): 3x3 stem conv + BN + ReLU, stages of 2 basic blocks with 64, 128, 256,
   // 512 channels (stride 2 from the second stage), global average pool, fc -> classes.
   auto n = std::make_unique<Sequential>();
-  n->add("conv1", makeConv2d(c, 64, 3, 1, 1)).add("bn1", makeBatchNorm2d(64, true));  // + ReLU
+  n->add("conv1", makeConv2d(c, 64, 3, 1, 1)).add("bn1", makeBatchNorm2d(64, true, true));  // + ReLU
   int in = 64;
   const int widths[4] = {64, 128, 256, 512};
   for (int s = 0; s < 4; ++s) {

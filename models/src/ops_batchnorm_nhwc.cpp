@@ -1,7 +1,10 @@
 // ops_batchnorm_nhwc.cpp: batch-norm 2d on channels-last activations [n, hw, c]: every loop runs
 // along the contiguous channels, with float partial sums per block of rows flushed to double.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "xspawn/engine/ops.hpp"
@@ -73,16 +76,35 @@ XS_CLONES void gradSums(const float* dy, const float* y, const float* x, int row
   }
 }
 
-// dx = g * (dy - k1 - (x - mu) * isk2), per channel k
-template <bool Relu>
-XS_CLONES void gradInputRows(float* dx, const float* dy, const float* y, const float* x, std::size_t rows,
+// The bits of v rounded to bfloat16, nearest even (NaN stays a quiet NaN), as toBf16Bits.
+inline std::uint16_t bf16Bits(float v) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+  std::uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+}
+
+// dx = g * (dy - k1 - (x - mu) * isk2), per channel k; stored as float or as bf16 bits
+template <bool Relu, class Out>
+XS_CLONES void gradInputRows(Out* dx, const float* dy, const float* y, const float* x, std::size_t rows,
                              int c, const float* g, const float* k1, const float* mu, const float* isk2) {
   for (std::size_t r = 0; r < rows; ++r) {
     const std::size_t o = r * c;
 #pragma omp simd
-    for (int k = 0; k < c; ++k)
-      dx[o + k] = g[k] * (masked<Relu>(dy, y, o + k) - k1[k] - (x[o + k] - mu[k]) * isk2[k]);
+    for (int k = 0; k < c; ++k) {
+      float v = g[k] * (masked<Relu>(dy, y, o + k) - k1[k] - (x[o + k] - mu[k]) * isk2[k]);
+      if constexpr (std::is_same_v<Out, float>) dx[o + k] = v;
+      else dx[o + k] = bf16Bits(v);
+    }
   }
+}
+
+template <bool Relu>
+void gradInput(float* dx, bool bf16, const float* dy, const float* y, const float* x, std::size_t rows, int c,
+               const float* g, const float* k1, const float* mu, const float* isk2) {
+  if (bf16)
+    gradInputRows<Relu>(reinterpret_cast<std::uint16_t*>(dx), dy, y, x, rows, c, g, k1, mu, isk2);
+  else
+    gradInputRows<Relu>(dx, dy, y, x, rows, c, g, k1, mu, isk2);
 }
 
 }  // namespace
@@ -138,8 +160,9 @@ void batchNormNhwcBackward(float* dx, float* dgamma, float* dbeta, const float* 
     k1[k] = train ? static_cast<float>(sdy[k] / m) : 0.f;
     isk2[k] = train ? invstd[k] * static_cast<float>(sdyx / m) : 0.f;
   }
-  if (a.relu) gradInputRows<true>(dx, dy, y, x, static_cast<std::size_t>(rows), c, g.data(), k1.data(), mean, isk2.data());
-  else gradInputRows<false>(dx, dy, y, x, static_cast<std::size_t>(rows), c, g.data(), k1.data(), mean, isk2.data());
+  const auto n = static_cast<std::size_t>(rows);
+  if (a.relu) gradInput<true>(dx, a.dxBf16, dy, y, x, n, c, g.data(), k1.data(), mean, isk2.data());
+  else gradInput<false>(dx, a.dxBf16, dy, y, x, n, c, g.data(), k1.data(), mean, isk2.data());
 }
 
 }  // namespace xs::engine::detail

@@ -59,30 +59,24 @@ Layout preferredLayout(const Device& dev) {
   }
 }
 
-void nchwToNhwc(float* dst, const float* src, int n, int c, int hw) {
-  // 16 x 16 tiles keep both sides in cache lines.
+namespace {
+// Per image, src [rows, cols] -> dst [cols, rows], in 16 x 16 tiles that keep both sides in cache.
+void transposeImages(float* dst, const float* src, int n, int rows, int cols) {
+  const std::size_t plane = static_cast<std::size_t>(rows) * cols;
   for (int i = 0; i < n; ++i) {
-    const float* s = src + static_cast<std::size_t>(i) * c * hw;
-    float* d = dst + static_cast<std::size_t>(i) * c * hw;
-    for (int c0 = 0; c0 < c; c0 += 16)
-      for (int p0 = 0; p0 < hw; p0 += 16)
-        for (int p = p0; p < std::min(hw, p0 + 16); ++p)
-          for (int k = c0; k < std::min(c, c0 + 16); ++k)
-            d[static_cast<std::size_t>(p) * c + k] = s[static_cast<std::size_t>(k) * hw + p];
+    const float* s = src + i * plane;
+    float* d = dst + i * plane;
+    for (int r0 = 0; r0 < rows; r0 += 16)
+      for (int c0 = 0; c0 < cols; c0 += 16)
+        for (int c = c0; c < std::min(cols, c0 + 16); ++c)
+          for (int r = r0; r < std::min(rows, r0 + 16); ++r)
+            d[static_cast<std::size_t>(c) * rows + r] = s[static_cast<std::size_t>(r) * cols + c];
   }
 }
+}  // namespace
 
-void nhwcToNchw(float* dst, const float* src, int n, int c, int hw) {
-  for (int i = 0; i < n; ++i) {
-    const float* s = src + static_cast<std::size_t>(i) * c * hw;
-    float* d = dst + static_cast<std::size_t>(i) * c * hw;
-    for (int c0 = 0; c0 < c; c0 += 16)
-      for (int p0 = 0; p0 < hw; p0 += 16)
-        for (int k = c0; k < std::min(c, c0 + 16); ++k)
-          for (int p = p0; p < std::min(hw, p0 + 16); ++p)
-            d[static_cast<std::size_t>(k) * hw + p] = s[static_cast<std::size_t>(p) * c + k];
-  }
-}
+void nchwToNhwc(float* dst, const float* src, int n, int c, int hw) { transposeImages(dst, src, n, c, hw); }
+void nhwcToNchw(float* dst, const float* src, int n, int c, int hw) { transposeImages(dst, src, n, hw, c); }
 
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
                    int I, int O) {
@@ -251,6 +245,22 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g) {
   checkGeom(g);
+  if (g.dyBf16) {  // oneDNN's kernels read bf16 dy as it is; the other paths widen it once
+    if (convBackend() == ConvBackend::kOneDnn && !detail::useNhwcGemm(g) &&
+        detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g))
+      return;
+    const std::size_t count = static_cast<std::size_t>(g.n) * g.oc * g.oh() * g.ow();
+    Tensor wide(dev, Shape{static_cast<int>(count)}, "convolution staging");
+    const auto* bits = reinterpret_cast<const std::uint16_t*>(dy);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint32_t u = static_cast<std::uint32_t>(bits[i]) << 16;
+      std::memcpy(wide.data() + i, &u, 4);
+    }
+    ConvGeom f = g;
+    f.dyBf16 = false;
+    conv2dBackward(dev, dx, dw, db, wide.data(), x, w, f);
+    return;
+  }
   if (convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemm(g)) {
     detail::conv2dBackwardGemmNhwc(dev, dx, dw, db, dy, x, w, g);
     return;

@@ -169,6 +169,7 @@ void batchNorm2dBackward(float* dx, float* dgamma, float* dbeta, const float* dy
                          const float* mean, const float* invstd, const float* gamma, bool train,
                          const BatchNormArgs& a, const float* y) {
   XS_CHECK(!a.relu || y, ArgumentError, "batch-norm backward with a fused ReLU needs the forward's output y");
+  XS_CHECK(!a.dxBf16 || a.nhwc, ArgumentError, "batch-norm writes a bf16 dx only in the NHWC layout");
   if (a.nhwc) {
     detail::batchNormNhwcBackward(dx, dgamma, dbeta, dy, x, mean, invstd, gamma, train, a, y);
     return;

@@ -49,6 +49,7 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     capacity_ = std::exchange(o.capacity_, 0);
     shape_ = std::exchange(o.shape_, Shape{});
     layout_ = std::exchange(o.layout_, Layout::kNchw);
+    dtype_ = std::exchange(o.dtype_, DType::kF32);
   }
   return *this;
 }

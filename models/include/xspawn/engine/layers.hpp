@@ -73,8 +73,9 @@ ModulePtr makeAvgPool2d(int k, int stride, int pad = 0);
 ModulePtr makeAdaptiveAvgPool2d(int oh, int ow);
 ModulePtr makeRelu();
 ModulePtr makeDropout(float p);
-// relu: batch-norm followed by ReLU, in one pass each way.
-ModulePtr makeBatchNorm2d(int channels, bool relu = false);
+// relu: batch-norm followed by ReLU, in one pass each way. gradToConv: its input gradient goes
+// only to a convolution (the layer before it), so in bf16 channels-last it is written as bf16.
+ModulePtr makeBatchNorm2d(int channels, bool relu = false, bool gradToConv = false);
 ModulePtr makeFlatten();
 // ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); the shortcut is a
 // strided 1x1 conv ("conv3") when the stride or the channel count changes.

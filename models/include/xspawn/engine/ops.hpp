@@ -29,6 +29,7 @@ struct ConvGeom {
   // The caller leaves x unchanged between conv2dForward and conv2dBackward: the backward then
   // reuses the forward's copy of x in the kernel's layout and precision (one conversion less).
   bool keepSrc = false;
+  bool dyBf16 = false;  // dy holds bfloat16 values (what the bf16 products round it to anyway)
   int oh() const { return (h + 2 * pad - kh) / stride + 1; }
   int ow() const { return (w + 2 * pad - kw) / stride + 1; }
 };
@@ -106,6 +107,7 @@ struct BatchNormArgs {
   float momentum = 0.1f, eps = 1e-5f;
   bool nhwc = false;  // x, y, dy, dx stored [n, hw, c]
   bool relu = false;  // y = relu(batch-norm(x)); backward then takes that y to mask dy
+  bool dxBf16 = false;  // NHWC only: backward writes dx as bfloat16 (for a bf16 convolution)
 };
 // train: x [n, c, hw] -> y, mean [c], invstd [c]; runMean, runVar [c] updated (unbiased var)
 void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMean, float* runVar,

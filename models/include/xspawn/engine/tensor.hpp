@@ -29,6 +29,11 @@ struct Shape {
 // shape always names the logical NCHW dims.
 enum class Layout { kNchw, kNhwc };
 
+// What a tensor's buffer holds: float32, or bfloat16 values (2 bytes each, packed from the
+// start of the buffer: a bf16 producer feeding a bf16 consumer, e.g. a gradient a convolution
+// would round to bf16 anyway).
+enum class DType { kF32, kBf16 };
+
 // A move-only float32 tensor owned by a device; memory returns to the arena on destruction.
 class Tensor {
  public:
@@ -56,6 +61,8 @@ class Tensor {
   bool empty() const { return data_ == nullptr; }
   Layout layout() const { return layout_; }
   void setLayout(Layout l) { layout_ = l; }
+  DType dtype() const { return dtype_; }
+  void setDtype(DType t) { dtype_ = t; }
   Device* device() const { return dev_; }
 
  private:
@@ -65,6 +72,7 @@ class Tensor {
   std::size_t capacity_ = 0;
   Shape shape_;
   Layout layout_ = Layout::kNchw;
+  DType dtype_ = DType::kF32;
 };
 
 }  // namespace xs::engine
