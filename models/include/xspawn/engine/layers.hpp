@@ -79,6 +79,10 @@ ModulePtr makeBatchNorm2d(int channels, bool relu = false, bool gradToConv = fal
 ModulePtr makeFlatten();
 // ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); the shortcut is a
 // strided 1x1 conv ("conv3") when the stride or the channel count changes.
-ModulePtr makeBasicBlock(int in, int out, int stride);
+// reluInput: x is a ReLU's output (x >= 0): the block returns dx already through that ReLU's
+// backward (masked by x > 0, which the ReLU's own backward then leaves as is). maskedGrad: the
+// dy the block receives is already masked by its output y > 0 (the next block has reluInput),
+// so the block skips its own ReLU's backward.
+ModulePtr makeBasicBlock(int in, int out, int stride, bool reluInput = false, bool maskedGrad = false);
 
 }  // namespace xs::engine

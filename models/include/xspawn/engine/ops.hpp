@@ -98,6 +98,8 @@ void dropoutBackward(float* dx, const float* dy, const float* mask, std::size_t 
 void addForward(float* y, const float* a, const float* b, std::size_t count);
 // y = relu(a + b) (y may alias a or b)
 void addReluForward(float* y, const float* a, const float* b, std::size_t count);
+// dx = y > 0 ? a + b : 0 (a residual block's input gradient through the ReLU that made y)
+void reluMaskedSum(float* dx, const float* a, const float* b, const float* y, std::size_t count);
 // dst [count] += src [count]
 void accumulate(float* dst, const float* src, std::size_t count);
 
