@@ -46,6 +46,12 @@ void expectClose(const std::string& what, const float* got, const Vec& want, dou
 
 std::vector<int> dims(const json& j) { return j.get<std::vector<int>>(); }
 
+DeviceOptions bf16Options() {
+  DeviceOptions o;
+  o.precision = Precision::kBf16;
+  return o;
+}
+
 TEST(Golden, Linear) {
   Device dev;
   const json& c = fixture("ops.json")["linear"];
@@ -99,9 +105,7 @@ TEST(Golden, Conv2d) {
 
 TEST(Golden, Bf16ConvolutionReusesItsConvertedInputExactly) {
   // keepSrc: backward reads forward's bf16 copy of x instead of converting x again; same bits.
-  DeviceOptions o;
-  o.precision = Precision::kBf16;
-  Device dev(o);
+  Device dev(bf16Options());
   const json& c = fixture("ops.json")["conv2d_1"];
   auto xs = dims(c["in0_shape"]), ws = dims(c["in1_shape"]);
   Vec x = vec(c["in0"]), w = vec(c["in1"]), b = vec(c["in2"]), dy = vec(c["dy"]);
@@ -138,9 +142,7 @@ TEST(Golden, Bf16GradientHandOverIsExact) {
   const auto* bits = reinterpret_cast<const std::uint16_t*>(packed.data());
   for (std::size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(bits[i], toBf16Bits(dx[i])) << i;
 
-  DeviceOptions o;
-  o.precision = Precision::kBf16;
-  Device dev(o);
+  Device dev(bf16Options());
   const json& k = fixture("ops.json")["conv2d_2"];
   auto xs = dims(k["in0_shape"]), ws = dims(k["in1_shape"]);
   Vec cx = vec(k["in0"]), w = vec(k["in1"]), cb = vec(k["in2"]), cdy = vec(k["dy"]);
