@@ -3,10 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 
-#include <nlohmann/json.hpp>
-
+#include "golden_util.hpp"
 #include "test_util.hpp"
 #include "xspawn/engine/gemm.hpp"
 #include "xspawn/engine/model.hpp"
@@ -15,42 +13,7 @@
 
 namespace xs::engine {
 namespace {
-using nlohmann::json;
-using Vec = std::vector<float>;
-
-const json& fixture(const std::string& file) {
-  static std::map<std::string, json> cache;
-  auto it = cache.find(file);
-  if (it == cache.end()) {
-    std::ifstream f(std::string(XS_ENGINE_FIXTURES) + "/" + file);
-    EXPECT_TRUE(f.good()) << "missing fixture " << file << ": run scripts/make_engine_fixtures.py";
-    it = cache.emplace(file, json::parse(f)).first;
-  }
-  return it->second;
-}
-
-Vec vec(const json& j) { return j.get<Vec>(); }
-
-// |got - want| <= rtol * |want| + atol * max(1, max |want|), element by element.
-void expectClose(const std::string& what, const float* got, const Vec& want, double rtol = 1e-4,
-                 double atol = 1e-5) {
-  double scale = 1;
-  for (float w : want) scale = std::max(scale, static_cast<double>(std::fabs(w)));
-  int bad = 0;
-  for (std::size_t i = 0; i < want.size() && bad < 5; ++i)
-    if (!(std::fabs(got[i] - want[i]) <= rtol * std::fabs(want[i]) + atol * scale)) {
-      ADD_FAILURE() << what << "[" << i << "]: engine " << got[i] << ", PyTorch " << want[i];
-      ++bad;
-    }
-}
-
-std::vector<int> dims(const json& j) { return j.get<std::vector<int>>(); }
-
-DeviceOptions bf16Options() {
-  DeviceOptions o;
-  o.precision = Precision::kBf16;
-  return o;
-}
+using namespace golden;
 
 TEST(Golden, Linear) {
   Device dev;
@@ -100,70 +63,6 @@ TEST(Golden, Conv2d) {
     expectClose(tag + " db", db.data(), vec(c["grad2"]));
   }
   setConvBackend(ConvBackend::kOneDnn);
-  setNhwcGemmMaxPixels(16);
-}
-
-TEST(Golden, Bf16ConvolutionReusesItsConvertedInputExactly) {
-  // keepSrc: backward reads forward's bf16 copy of x instead of converting x again; same bits.
-  Device dev(bf16Options());
-  const json& c = fixture("ops.json")["conv2d_1"];
-  auto xs = dims(c["in0_shape"]), ws = dims(c["in1_shape"]);
-  Vec x = vec(c["in0"]), w = vec(c["in1"]), b = vec(c["in2"]), dy = vec(c["dy"]);
-  std::vector<Vec> dws;
-  for (bool keep : {false, true})
-    for (bool nhwc : {false, true}) {
-      ConvGeom g{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], c["params"]["stride"], c["params"]["pad"]};
-      g.keepSrc = keep;
-      g.srcNhwc = g.dstNhwc = nhwc;  // the data is just read in the other layout
-      Vec y(dy.size()), dx(x.size()), dw(w.size(), 0.f), db(b.size(), 0.f);
-      conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), g);
-      conv2dBackward(dev, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), g);
-      dws.push_back(dw);
-    }
-  EXPECT_EQ(dws[0], dws[2]);
-  EXPECT_EQ(dws[1], dws[3]);
-}
-
-TEST(Golden, Bf16GradientHandOverIsExact) {
-  // Batch-norm writing dx as bf16 gives the bits a convolution would round its dy to, and a
-  // convolution reading bf16 dy computes what it computes from the float32 dy.
-  const json& c = fixture("ops.json")["batchnorm_train"];
-  auto s = dims(c["in0_shape"]);
-  BatchNormArgs a{s[0], s[1], s[2] * s[3]};
-  a.nhwc = true;
-  Vec x = vec(c["in0"]), g = vec(c["in1"]), b = vec(c["in2"]), dy = vec(c["dy"]);
-  Vec rm(a.c, 0.f), rv(a.c, 1.f), y(x.size()), mean(a.c), invstd(a.c), dg(a.c, 0.f), db(a.c, 0.f);
-  batchNorm2dForwardTrain(y.data(), mean.data(), invstd.data(), rm.data(), rv.data(), x.data(), g.data(), b.data(), a);
-  Vec dx(x.size()), packed(x.size());
-  batchNorm2dBackward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mean.data(), invstd.data(), g.data(), true, a);
-  a.dxBf16 = true;
-  batchNorm2dBackward(packed.data(), dg.data(), db.data(), dy.data(), x.data(), mean.data(), invstd.data(), g.data(),
-                      true, a);
-  const auto* bits = reinterpret_cast<const std::uint16_t*>(packed.data());
-  for (std::size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(bits[i], toBf16Bits(dx[i])) << i;
-
-  Device dev(bf16Options());
-  const json& k = fixture("ops.json")["conv2d_2"];
-  auto xs = dims(k["in0_shape"]), ws = dims(k["in1_shape"]);
-  Vec cx = vec(k["in0"]), w = vec(k["in1"]), cb = vec(k["in2"]), cdy = vec(k["dy"]);
-  std::vector<std::uint16_t> dyBits(cdy.size());
-  for (std::size_t i = 0; i < cdy.size(); ++i) dyBits[i] = toBf16Bits(cdy[i]);
-  for (int pixels : {0, 1 << 20}) {  // oneDNN's kernels; the GEMM path
-    setNhwcGemmMaxPixels(pixels);
-    std::vector<Vec> outs;
-    for (bool packedDy : {false, true}) {
-      ConvGeom cg{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], k["params"]["stride"], k["params"]["pad"]};
-      cg.srcNhwc = cg.dstNhwc = true;
-      cg.dyBf16 = packedDy;
-      Vec cdx(cx.size()), dw(w.size(), 0.f), dbias(cb.size(), 0.f);
-      conv2dBackward(dev, cdx.data(), dw.data(), dbias.data(),
-                     packedDy ? reinterpret_cast<const float*>(dyBits.data()) : cdy.data(), cx.data(), w.data(), cg);
-      cdx.insert(cdx.end(), dw.begin(), dw.end());
-      cdx.insert(cdx.end(), dbias.begin(), dbias.end());
-      outs.push_back(cdx);
-    }
-    EXPECT_EQ(outs[0], outs[1]) << "pixels " << pixels;
-  }
   setNhwcGemmMaxPixels(16);
 }
 
