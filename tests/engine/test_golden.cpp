@@ -318,11 +318,11 @@ INSTANTIATE_TEST_SUITE_P(AllModels, GoldenModels,
                          ::testing::Values("mlp", "convnet", "lenet5", "alexnet", "resnet18"));
 
 TEST(Golden, Bf16StaysCloseToFp32PyTorch) {
-  // bf16 products keep 8 mantissa bits: logits agree to about a percent of their range. ResNet-18
-  // runs channels last in bf16, with its 4x4 maps as GEMMs.
+  // bf16 products keep 8 mantissa bits: logits agree to within a percent of their range (seen:
+  // at most 0.55 % for ResNet-18, which runs channels last with its 4x4 maps as GEMMs).
   for (const char* name : {"convnet", "resnet18", "alexnet"}) {
     GoldenModel g(name, Precision::kBf16);
-    expectClose(std::string("bf16 logits ") + name, g.m->forward(true).data(), vec(g.c["logits"]), 3e-2, 3e-2);
+    expectClose(std::string("bf16 logits ") + name, g.m->forward(true).data(), vec(g.c["logits"]), 1e-2, 1e-2);
   }
 }
 
