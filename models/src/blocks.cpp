@@ -38,12 +38,12 @@ namespace {
 
 class BasicBlock : public Module {
  public:
-  BasicBlock(int in, int out, int stride) {
+  BasicBlock(int in, int out, int stride, bool reluInput, bool maskedGrad)
+      : reluInput_(reluInput), maskedGrad_(maskedGrad) {
     body_.add("conv1", makeConv2d(in, out, 3, stride, 1))
-        .add("bn1", makeBatchNorm2d(out))
-        .add("relu", makeRelu())
+        .add("bn1", makeBatchNorm2d(out, true, true))  // batch-norm + ReLU in one pass
         .add("conv2", makeConv2d(out, out, 3, 1, 1))
-        .add("bn2", makeBatchNorm2d(out));
+        .add("bn2", makeBatchNorm2d(out, false, true));
     if (stride != 1 || in != out) shortcut_ = makeConv2d(in, out, 1, stride, 0);
   }
   Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
@@ -63,27 +63,37 @@ class BasicBlock : public Module {
     x_ = &x;
     const Tensor& b = body_.forward(x, ctx);
     const Tensor& s = shortcut_ ? shortcut_->forward(x, ctx) : x;
+    XS_CHECK(b.layout() == s.layout(), ShapeError, "basic block: body and shortcut layouts differ");
     y_.ensure(ctx.dev, b.shape(), "activations");
-    addForward(y_.data(), b.data(), s.data(), b.numel());
-    reluForward(y_.data(), y_.data(), y_.numel());
+    y_.setLayout(b.layout());
+    addReluForward(y_.data(), b.data(), s.data(), b.numel());
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    dsum_.ensure(ctx.dev, dy.shape(), "activation gradients");
-    reluBackward(dsum_.data(), dy.data(), y_.data(), dy.numel());
-    const Tensor& dxBody = body_.backward(dsum_, ctx);
+    const Tensor* ds = &dy;  // d loss / d (body + shortcut): dy through the ReLU
+    if (!maskedGrad_) {
+      dsum_.ensure(ctx.dev, dy.shape(), "activation gradients");
+      dsum_.setLayout(dy.layout());
+      reluBackward(dsum_.data(), dy.data(), y_.data(), dy.numel());
+      ds = &dsum_;
+    }
+    const Tensor& dxBody = body_.backward(*ds, ctx);
     if (!needInputGrad_) {
-      if (shortcut_) shortcut_->backward(dsum_, ctx);
+      if (shortcut_) shortcut_->backward(*ds, ctx);
       return dx_;
     }
     dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
-    std::memcpy(dx_.data(), dxBody.data(), dx_.numel() * sizeof(float));
-    const Tensor& dxShort = shortcut_ ? shortcut_->backward(dsum_, ctx) : dsum_;
-    accumulate(dx_.data(), dxShort.data(), dx_.numel());
+    dx_.setLayout(x_->layout());
+    const Tensor& dxShort = shortcut_ ? shortcut_->backward(*ds, ctx) : *ds;
+    if (reluInput_)  // also the backward of the ReLU that produced x, which then leaves it as is
+      reluMaskedSum(dx_.data(), dxBody.data(), dxShort.data(), x_->data(), dx_.numel());
+    else
+      addForward(dx_.data(), dxBody.data(), dxShort.data(), dx_.numel());
     return dx_;
   }
 
  private:
+  bool reluInput_, maskedGrad_;
   Sequential body_;
   ModulePtr shortcut_;
   Tensor dsum_;
@@ -91,8 +101,8 @@ class BasicBlock : public Module {
 
 }  // namespace
 
-ModulePtr makeBasicBlock(int in, int out, int stride) {
-  return std::make_unique<BasicBlock>(in, out, stride);
+ModulePtr makeBasicBlock(int in, int out, int stride, bool reluInput, bool maskedGrad) {
+  return std::make_unique<BasicBlock>(in, out, stride, reluInput, maskedGrad);
 }
 
 }  // namespace xs::engine

@@ -1,8 +1,11 @@
 // checkpoint.cpp: the versioned, checksummed checkpoint file.
 #include "xspawn/engine/checkpoint.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -57,6 +60,37 @@ T get(const std::string& in, std::size_t& pos, const std::string& path) {
   return v;
 }
 
+// Writes bytes to path and flushes them to the disk (fsync) before returning.
+void writeDurably(const std::string& path, const std::string& bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  XS_CHECK(fd >= 0, CheckpointError, "cannot write checkpoint '" + path + "' (" + std::strerror(errno) +
+                                         "): check the directory exists and is writable");
+  std::size_t done = 0;
+  int err = 0;
+  while (done < bytes.size() && err == 0) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n > 0) done += static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EINTR) err = errno;
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  XS_CHECK(err == 0, CheckpointError, "writing checkpoint '" + path + "' failed (" + std::strerror(err) +
+                                          "): check free disk space");
+}
+
+// Makes a rename inside dir durable.
+void syncDirectory(const std::string& path) {
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  XS_CHECK(fd >= 0, CheckpointError, "cannot open directory '" + dir + "' of checkpoint '" + path +
+                                         "' to sync it: " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  XS_CHECK(rc == 0, CheckpointError, "syncing directory '" + dir + "' of checkpoint '" + path +
+                                         "' failed: " + std::strerror(err));
+}
+
 }  // namespace
 
 void saveCheckpoint(const std::string& path, Model& model, Optimizer* opt) {
@@ -78,14 +112,10 @@ void saveCheckpoint(const std::string& path, Model& model, Optimizer* opt) {
   put<std::uint32_t>(out, static_cast<std::uint32_t>(
                               crc32(0, reinterpret_cast<const Bytef*>(out.data()), out.size())));
   std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    XS_CHECK(f, CheckpointError, "cannot write checkpoint '" + tmp + "': check the directory exists and is writable");
-    f.write(out.data(), static_cast<std::streamsize>(out.size()));
-    XS_CHECK(f.good(), CheckpointError, "writing checkpoint '" + tmp + "' failed: check free disk space");
-  }
+  writeDurably(tmp, out);
   XS_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, CheckpointError,
-           "cannot rename '" + tmp + "' to '" + path + "'");
+           "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+  syncDirectory(path);
 }
 
 void loadCheckpoint(const std::string& path, Model& model, Optimizer* opt) {

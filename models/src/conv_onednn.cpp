@@ -33,12 +33,13 @@ struct Port {
     if (input) toInner = dnnl::reorder(memory(u, eng, nullptr), memory(in, eng, nullptr));
     else toUser = dnnl::reorder(memory(in, eng, nullptr), memory(u, eng, nullptr));
   }
-  // The primitive's view of an input at p, converted when the layouts differ.
-  memory in(const float* p) {
+  // The primitive's view of an input at p, converted (into to, or the staging buffer) when the
+  // layouts differ.
+  memory in(const float* p, float* to = nullptr) {
     auto& c = oneDnnContext();
     memory um(user, c.eng, const_cast<float*>(p));
     if (same) return um;
-    memory im(inner, c.eng, buf.data());
+    memory im(inner, c.eng, to ? to : buf.data());
     toInner.execute(c.stream, um, im);
     return im;
   }
@@ -62,6 +63,8 @@ struct Entry {
   Tensor dwUser, dbUser;            // fp32 gradients before accumulation
   bool sharedDiffDst = false;       // both backward primitives read diff_dst in one layout
   std::size_t scratchpadBytes = 0;
+  // keepSrc: the converted x of each call site (by x's address), kept from forward to backward.
+  std::unordered_map<const float*, Tensor> keptSrc;
 };
 
 constexpr int kScratchpadSlot = 3;  // Device scratch slot (0-2: im2col, 4-5: GEMM)
@@ -71,7 +74,7 @@ memory scratchpad(Device& dev, const Entry& e) {
   return memory(md, oneDnnContext().eng, dev.scratch(kScratchpadSlot, (e.scratchpadBytes + 3) / 4 + 1));
 }
 
-using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool, bool>;
+using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool, bool, bool, bool, bool>;
 
 struct ConvCache : Device::KernelState {
   std::map<Key, std::unique_ptr<Entry>> entries;
@@ -112,15 +115,17 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias) {
   e->fwd = dnnl::convolution_forward(fpd);
   e->bwdData = dnnl::convolution_backward_data(dpd);
   e->bwdWeights = dnnl::convolution_backward_weights(wpd);
-  memory::desc srcU(srcD, dt::f32, tag::nchw), weiU(weiD, dt::f32, tag::oihw), dstU(dstD, dt::f32, tag::nchw);
+  memory::desc srcU(srcD, dt::f32, g.srcNhwc ? tag::nhwc : tag::nchw), weiU(weiD, dt::f32, tag::oihw);
+  memory::desc dstU(dstD, dt::f32, g.dstNhwc ? tag::nhwc : tag::nchw);
+  memory::desc diffDstU(dstD, g.dyBf16 ? dt::bf16 : dt::f32, g.dstNhwc ? tag::nhwc : tag::nchw);
   e->src.init(dev, srcU, fpd.src_desc(), true);
   e->wei.init(dev, weiU, fpd.weights_desc(), true);
   e->dst.init(dev, dstU, fpd.dst_desc(), false);
-  e->bdDiffDst.init(dev, dstU, dpd.diff_dst_desc(), true);
+  e->bdDiffDst.init(dev, diffDstU, dpd.diff_dst_desc(), true);
   e->bdWei.init(dev, weiU, dpd.weights_desc(), true);
   e->bdDiffSrc.init(dev, srcU, dpd.diff_src_desc(), false);
   e->bwSrc.init(dev, srcU, wpd.src_desc(), true);
-  e->bwDiffDst.init(dev, dstU, wpd.diff_dst_desc(), true);
+  e->bwDiffDst.init(dev, diffDstU, wpd.diff_dst_desc(), true);
   e->bwDiffWei.init(dev, weiU, wpd.diff_weights_desc(), false);
   e->dwUser = Tensor(dev, Shape{g.oc, g.c, g.kh, g.kw}, "convolution weight gradient");
   e->dbUser = Tensor(dev, Shape{g.oc}, "convolution bias gradient");
@@ -132,7 +137,8 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias) {
 
 // The cached primitives of this geometry, or null when oneDNN has none for it.
 Entry* entry(Device& dev, const ConvGeom& g, bool bias) {
-  Key k{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad, bias, dev.precision() == Precision::kBf16};
+  Key k{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad, bias, dev.precision() == Precision::kBf16,
+        g.srcNhwc, g.dstNhwc, g.dyBf16};
   auto& c = cache(dev);
   auto it = c.find(k);
   if (it == c.end()) {
@@ -154,8 +160,14 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
   Entry* e = entry(dev, g, b != nullptr);
   if (!e) return false;
   auto& c = oneDnnContext();
+  float* keep = nullptr;
+  if (g.keepSrc && !e->src.same) {
+    Tensor& k = e->keptSrc[x];
+    if (k.empty()) k = Tensor(dev, Shape{static_cast<int>((e->src.inner.get_size() + 3) / 4)}, "convolution staging");
+    keep = k.data();
+  }
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, e->src.in(x)}, {DNNL_ARG_WEIGHTS, e->wei.in(w)}, {DNNL_ARG_DST, e->dst.out(y)},
+      {DNNL_ARG_SRC, e->src.in(x, keep)}, {DNNL_ARG_WEIGHTS, e->wei.in(w)}, {DNNL_ARG_DST, e->dst.out(y)},
       {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
   if (b) args.emplace(DNNL_ARG_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, const_cast<float*>(b)));
   e->fwd.execute(c.stream, args);
@@ -170,7 +182,11 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   if (!e) return false;
   auto& c = oneDnnContext();
   memory diffDst = e->bwDiffDst.in(dy);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e->bwSrc.in(x)},
+  memory src;
+  auto kept = g.keepSrc && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
+  if (kept != e->keptSrc.end()) src = memory(e->bwSrc.inner, c.eng, kept->second.data());
+  else src = e->bwSrc.in(x);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
                                        {DNNL_ARG_DIFF_DST, diffDst},
                                        {DNNL_ARG_DIFF_WEIGHTS, e->bwDiffWei.out(e->dwUser.data())},
                                        {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};

@@ -12,6 +12,7 @@
 
 #include "xspawn/engine/error.hpp"
 #include "xspawn/engine/gemm.hpp"
+#include "conv_onednn.hpp"
 #include "onednn_context.hpp"
 
 namespace xs::engine {
@@ -84,6 +85,15 @@ bool gemmOneDnn(Device& dev, bool transA, bool transB, int M, int N, int K, cons
              fmt::format("oneDNN sgemm failed (status {}) for M={} N={} K={}", int(st), M, N, K));
     return true;
   }
+  return detail::gemmBf16(dev, transA, transB, M, N, K, A, false, lda, B, false, ldb, beta, C, ldc);
+}
+
+namespace detail {
+
+void floatsToBf16(const float* src, std::uint16_t* dst, std::size_t n) { toBf16(src, dst, n); }
+
+bool gemmBf16(Device& dev, bool transA, bool transB, int M, int N, int K, const void* A, bool aBf16,
+              int lda, const void* B, bool bBf16, int ldb, float beta, float* C, int ldc) {
   auto& ctx = detail::oneDnnContext();
   MatmulCache& cache = matmulCache(dev);
   using dt = dnnl::memory::data_type;
@@ -111,8 +121,10 @@ bool gemmOneDnn(Device& dev, bool transA, bool transB, int M, int N, int K, cons
   }
   if (!it->second.ok) return false;
   // Dense bf16 copies, kept in their stored orientation.
-  std::uint16_t* a = transA ? packBf16(dev, 4, A, lda, K, M) : packBf16(dev, 4, A, lda, M, K);
-  std::uint16_t* b = transB ? packBf16(dev, 5, B, ldb, N, K) : packBf16(dev, 5, B, ldb, K, N);
+  const float* af = static_cast<const float*>(A);
+  const float* bf = static_cast<const float*>(B);
+  void* a = aBf16 ? const_cast<void*>(A) : transA ? packBf16(dev, 4, af, lda, K, M) : packBf16(dev, 4, af, lda, M, K);
+  void* b = bBf16 ? const_cast<void*>(B) : transB ? packBf16(dev, 5, bf, ldb, N, K) : packBf16(dev, 5, bf, ldb, K, N);
   dnnl::memory am(aMd, ctx.eng, a), bm(bMd, ctx.eng, b), cm(cMd, ctx.eng, C);
   const auto& spMd = it->second.scratchpad;
   dnnl::memory sp(spMd, ctx.eng, dev.scratch(kScratchpadSlot, spMd.get_size() / 4 + 1));
@@ -122,4 +134,5 @@ bool gemmOneDnn(Device& dev, bool transA, bool transB, int M, int N, int K, cons
   return true;
 }
 
+}  // namespace detail
 }  // namespace xs::engine

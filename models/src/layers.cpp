@@ -8,6 +8,15 @@
 #include "xspawn/engine/rng.hpp"
 
 namespace xs::engine {
+
+void Context::gradsReady(std::size_t first, std::size_t last) const {
+  if (!gradReady || !*gradReady) return;
+  const auto& v = params.views();
+  // A view owns the alignment gap after it, so the ranges tile the whole buffer.
+  std::size_t end = last + 1 < v.size() ? v[last + 1].offset : params.size();
+  (*gradReady)(v[first].offset, end - v[first].offset);
+}
+
 namespace {
 
 void expectChw(const Shape& in, const std::string& who) {
@@ -42,6 +51,7 @@ class Linear : public Module {
     if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
     linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
                    ctx.params.grad(b_), dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_);
+    ctx.gradsReady(w_, b_);
     return dx_;
   }
 
@@ -59,6 +69,7 @@ class Conv2d : public Module {
     XS_CHECK(in[0] == in_, ShapeError,
              prefix + ": conv2d expects " + std::to_string(in_) + " channels, got " + in.str());
     g_ = ConvGeom{1, in_, in[1], in[2], out_, k_, k_, stride_, pad_};
+    g_.keepSrc = true;  // x stays as it is until backward
     XS_CHECK(g_.oh() > 0 && g_.ow() > 0, ShapeError,
              prefix + ": the image " + in.str() + " is too small for this network: use a larger --image-size");
     float bound = 1.f / std::sqrt(static_cast<float>(in_ * k_ * k_));
@@ -70,16 +81,25 @@ class Conv2d : public Module {
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     x_ = &x;
     g_.n = x.shape()[0];
+    g_.srcNhwc = x.layout() == Layout::kNhwc;
+    g_.dstNhwc = preferredLayout(ctx.dev) == Layout::kNhwc;
     y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
+    y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
     conv2dForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_),
                   bias_ ? ctx.params.value(b_) : nullptr, g_);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    XS_CHECK(dy.layout() == y_.layout(), ShapeError, "conv2d: the gradient's layout differs from the output's");
+    if (needInputGrad_) {
+      dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+      dx_.setLayout(x_->layout());
+    }
+    g_.dyBf16 = dy.dtype() == DType::kBf16;
     conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
                    bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(),
                    ctx.params.value(w_), g_);
+    ctx.gradsReady(w_, bias_ ? b_ : w_);
     return dx_;
   }
 
@@ -106,16 +126,22 @@ class Pool2d : public Module {
                       "larger --image-size");
     return Shape{in[0], g_.oh(), g_.ow()};
   }
-  const Tensor& forward(const Tensor& x, Context& ctx) override {
-    x_ = &x;
+  const Tensor& forward(const Tensor& x0, Context& ctx) override {
+    // Max-pool runs in either layout; the average pools pool channels-last input in NCHW (the
+    // output stays NCHW, which the next convolution or flatten takes).
+    g_.nhwc = kind_ == kMax && x0.layout() == Layout::kNhwc;
+    const Tensor& x = g_.nhwc ? x0 : toNchw(x0, ctx);
+    x_ = &x0;
     g_.n = x.shape()[0];
     if (kind_ == kAdaptive) {
       y_.ensure(ctx.dev, Shape{g_.n, g_.c, a_, b_}, "activations");
+      y_.setLayout(Layout::kNchw);
       adaptiveAvgPool2dForward(y_.data(), x.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
       return y_;
     }
     Shape out{g_.n, g_.c, g_.oh(), g_.ow()};
     y_.ensure(ctx.dev, out, "activations");
+    y_.setLayout(x.layout());
     if (kind_ == kAvg) {
       avgPool2dForward(y_.data(), x.data(), g_);
     } else {
@@ -125,21 +151,37 @@ class Pool2d : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    const bool nhwc = x_->layout() == Layout::kNhwc && !g_.nhwc;  // pooled in NCHW
+    Tensor& dx = nhwc ? staged_ : dx_;
+    dx.ensure(ctx.dev, x_->shape(), "activation gradients");
+    dx.setLayout(g_.nhwc ? Layout::kNhwc : Layout::kNchw);
     if (kind_ == kAdaptive)
-      adaptiveAvgPool2dBackward(dx_.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
+      adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
     else if (kind_ == kAvg)
-      avgPool2dBackward(dx_.data(), dy.data(), g_);
+      avgPool2dBackward(dx.data(), dy.data(), g_);
     else
-      maxPool2dBackward(dx_.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_);
+      maxPool2dBackward(dx.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_);
+    if (nhwc) {
+      dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+      dx_.setLayout(Layout::kNhwc);
+      nchwToNhwc(dx_.data(), staged_.data(), g_.n, g_.c, g_.h * g_.w);
+    }
     return dx_;
   }
 
  private:
+  const Tensor& toNchw(const Tensor& x, Context& ctx) {
+    if (x.layout() == Layout::kNchw) return x;
+    staged_.ensure(ctx.dev, x.shape(), "activations");
+    staged_.setLayout(Layout::kNchw);
+    nhwcToNchw(staged_.data(), x.data(), x.shape()[0], x.shape()[1], x.shape()[2] * x.shape()[3]);
+    return staged_;
+  }
+
   Kind kind_;
   int a_, b_, pad_;
   PoolGeom g_{};
-  Tensor argmax_;
+  Tensor argmax_, staged_;
 };
 
 class Relu : public Module {
@@ -147,11 +189,13 @@ class Relu : public Module {
   Shape build(const Shape& in, const std::string&, BuildInfo&) override { return in; }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     y_.ensure(ctx.dev, x.shape(), "activations");
+    y_.setLayout(x.layout());
     reluForward(y_.data(), x.data(), x.numel());
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
     reluBackward(dx_.data(), dy.data(), y_.data(), dy.numel());
     return dx_;
   }
@@ -171,6 +215,7 @@ class Dropout : public Module {
     active_ = ctx.train && p_ > 0.f;
     if (!active_) return x;
     y_.ensure(ctx.dev, x.shape(), "activations");
+    y_.setLayout(x.layout());
     mask_.ensure(ctx.dev, x.shape(), "dropout mask");
     dropoutForward(y_.data(), mask_.data(), x.data(), x.numel(), p_, ctx.seed ^ salt_, ctx.step);
     return y_;
@@ -178,6 +223,7 @@ class Dropout : public Module {
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (!active_) return dy;
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
     dropoutBackward(dx_.data(), dy.data(), mask_.data(), dy.numel());
     return dx_;
   }
@@ -191,7 +237,7 @@ class Dropout : public Module {
 
 class BatchNorm2d : public Module {
  public:
-  explicit BatchNorm2d(int c) : c_(c) {}
+  BatchNorm2d(int c, bool relu, bool gradToConv) : c_(c), relu_(relu), gradToConv_(gradToConv) {}
   Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
     expectChw(in, prefix + ": batch-norm");
     XS_CHECK(in[0] == c_, ShapeError,
@@ -207,7 +253,10 @@ class BatchNorm2d : public Module {
     train_ = ctx.train;
     const Shape& s = x.shape();
     args_ = BatchNormArgs{s[0], s[1], s[2] * s[3]};
+    args_.nhwc = x.layout() == Layout::kNhwc;
+    args_.relu = relu_;
     y_.ensure(ctx.dev, s, "activations");
+    y_.setLayout(x.layout());
     stats_.ensure(ctx.dev, Shape{2, c_}, "batch-norm statistics");
     float* mean = stats_.data();
     float* invstd = mean + c_;
@@ -220,15 +269,22 @@ class BatchNorm2d : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    XS_CHECK(dy.layout() == y_.layout(), ShapeError, "batch-norm: the gradient's layout differs from the output's");
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
+    // Feeding a bf16 convolution, dx is written as the bf16 it would be rounded to there.
+    args_.dxBf16 = gradToConv_ && args_.nhwc && ctx.dev.precision() == Precision::kBf16;
+    dx_.setDtype(args_.dxBf16 ? DType::kBf16 : DType::kF32);
     batchNorm2dBackward(dx_.data(), ctx.params.grad(gamma_), ctx.params.grad(beta_), dy.data(),
                         x_->data(), stats_.data(), stats_.data() + c_, ctx.params.value(gamma_),
-                        train_, args_);
+                        train_, args_, y_.data());
+    ctx.gradsReady(gamma_, beta_);
     return dx_;
   }
 
  private:
   int c_;
+  bool relu_, gradToConv_;
   bool train_ = true;
   BatchNormArgs args_{};
   std::size_t gamma_ = 0, beta_ = 0, mean_ = 0, var_ = 0;
@@ -243,18 +299,24 @@ class Flatten : public Module {
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     int B = x.shape()[0];
     in_ = x.shape();
+    nhwc_ = x.layout() == Layout::kNhwc;
     y_.ensure(ctx.dev, Shape{B, static_cast<int>(x.shape().perSample())}, "activations");
-    std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));
+    // Features in PyTorch's [c, h, w] order whatever the layout: the linear weights expect it.
+    if (nhwc_) nhwcToNchw(y_.data(), x.data(), B, in_[1], in_[2] * in_[3]);
+    else std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     dx_.ensure(ctx.dev, in_, "activation gradients");
-    std::memcpy(dx_.data(), dy.data(), dy.numel() * sizeof(float));
+    dx_.setLayout(nhwc_ ? Layout::kNhwc : Layout::kNchw);
+    if (nhwc_) nchwToNhwc(dx_.data(), dy.data(), in_[0], in_[1], in_[2] * in_[3]);
+    else std::memcpy(dx_.data(), dy.data(), dy.numel() * sizeof(float));
     return dx_;
   }
 
  private:
   Shape in_;
+  bool nhwc_ = false;
 };
 
 }  // namespace
@@ -274,7 +336,9 @@ ModulePtr makeAdaptiveAvgPool2d(int oh, int ow) {
 }
 ModulePtr makeRelu() { return std::make_unique<Relu>(); }
 ModulePtr makeDropout(float p) { return std::make_unique<Dropout>(p); }
-ModulePtr makeBatchNorm2d(int channels) { return std::make_unique<BatchNorm2d>(channels); }
+ModulePtr makeBatchNorm2d(int channels, bool relu, bool gradToConv) {
+  return std::make_unique<BatchNorm2d>(channels, relu, gradToConv);
+}
 ModulePtr makeFlatten() { return std::make_unique<Flatten>(); }
 
 }  // namespace xs::engine

@@ -72,7 +72,7 @@ void Model::backward() {
   dlogits_.ensure(dev_, logits_->shape(), "logit gradients");
   crossEntropyBackward(dlogits_.data(), probs_.data(),
                        reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, cfg_.numClasses);
-  Context ctx{dev_, params_, buffers_, train_, cfg_.seed, step_};
+  Context ctx{dev_, params_, buffers_, train_, cfg_.seed, step_, &gradReady_};
   net_->backward(dlogits_, ctx);
 }
 

@@ -66,13 +66,15 @@ std::unique_ptr<Sequential> resnet18(const ModelConfig& cfg, int c) {
   // Seed 003 (CIFAR): 3x3 stem conv + BN + ReLU, stages of 2 basic blocks with 64, 128, 256,
   // 512 channels (stride 2 from the second stage), global average pool, fc -> classes.
   auto n = std::make_unique<Sequential>();
-  n->add("conv1", makeConv2d(c, 64, 3, 1, 1)).add("bn1", makeBatchNorm2d(64)).add("relu", makeRelu());
+  n->add("conv1", makeConv2d(c, 64, 3, 1, 1)).add("bn1", makeBatchNorm2d(64, true, true));  // + ReLU
   int in = 64;
   const int widths[4] = {64, 128, 256, 512};
   for (int s = 0; s < 4; ++s) {
     auto stage = std::make_unique<Sequential>();
-    stage->add("0", makeBasicBlock(in, widths[s], s == 0 ? 1 : 2))
-        .add("1", makeBasicBlock(widths[s], widths[s], 1));
+    // Every block's input is a ReLU's output (the stem's or the previous block's), so each block
+    // hands back its input gradient already through that ReLU; all but the last receive theirs so.
+    stage->add("0", makeBasicBlock(in, widths[s], s == 0 ? 1 : 2, true, true))
+        .add("1", makeBasicBlock(widths[s], widths[s], 1, true, s < 3));
     in = widths[s];
     n->add("layer" + std::to_string(s + 1), std::move(stage));
   }

@@ -7,6 +7,7 @@
 #include "xspawn/engine/error.hpp"
 #include "xspawn/engine/gemm.hpp"
 #include "xspawn/engine/ops.hpp"
+#include "xspawn/engine/tensor.hpp"
 
 namespace xs::engine {
 
@@ -30,6 +31,52 @@ ConvBackend parseConvBackend(const std::string& name) {
 
 ConvBackend convBackend() { return convSlot(); }
 void setConvBackend(ConvBackend b) { convSlot() = b; }
+
+LayoutPolicy parseLayoutPolicy(const std::string& name) {
+  if (name == "auto") return LayoutPolicy::kAuto;
+  if (name == "nchw") return LayoutPolicy::kNchw;
+  if (name == "nhwc") return LayoutPolicy::kNhwc;
+  XS_THROW(ArgumentError, "unknown layout '" + name + "': use auto, nchw or nhwc");
+}
+
+namespace {
+LayoutPolicy& layoutSlot() {
+  static LayoutPolicy p = [] {
+    const char* env = std::getenv("XS_ENGINE_LAYOUT");
+    return env && *env ? parseLayoutPolicy(env) : LayoutPolicy::kAuto;
+  }();
+  return p;
+}
+}  // namespace
+
+void setLayoutPolicy(LayoutPolicy p) { layoutSlot() = p; }
+
+Layout preferredLayout(const Device& dev) {
+  switch (layoutSlot()) {
+    case LayoutPolicy::kNchw: return Layout::kNchw;
+    case LayoutPolicy::kNhwc: return Layout::kNhwc;
+    default: return dev.precision() == Precision::kBf16 ? Layout::kNhwc : Layout::kNchw;
+  }
+}
+
+namespace {
+// Per image, src [rows, cols] -> dst [cols, rows], in 16 x 16 tiles that keep both sides in cache.
+void transposeImages(float* dst, const float* src, int n, int rows, int cols) {
+  const std::size_t plane = static_cast<std::size_t>(rows) * cols;
+  for (int i = 0; i < n; ++i) {
+    const float* s = src + i * plane;
+    float* d = dst + i * plane;
+    for (int r0 = 0; r0 < rows; r0 += 16)
+      for (int c0 = 0; c0 < cols; c0 += 16)
+        for (int c = c0; c < std::min(cols, c0 + 16); ++c)
+          for (int r = r0; r < std::min(rows, r0 + 16); ++r)
+            d[static_cast<std::size_t>(c) * rows + r] = s[static_cast<std::size_t>(r) * cols + c];
+  }
+}
+}  // namespace
+
+void nchwToNhwc(float* dst, const float* src, int n, int c, int hw) { transposeImages(dst, src, n, c, hw); }
+void nhwcToNchw(float* dst, const float* src, int n, int c, int hw) { transposeImages(dst, src, n, hw, c); }
 
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
                    int I, int O) {
@@ -139,10 +186,35 @@ void checkGeom(const ConvGeom& g) {
 
 }  // namespace
 
+namespace {
+constexpr int kLayoutSlotA = 6, kLayoutSlotB = 7;  // Device scratch for NHWC <-> NCHW staging
+
+// An NCHW view of x: x itself, or a converted copy in scratch slot.
+const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int c, int hw) {
+  if (!nhwc) return x;
+  float* t = dev.scratch(slot, static_cast<std::size_t>(n) * c * hw);
+  nhwcToNchw(t, x, n, c, hw);
+  return t;
+}
+}  // namespace
+
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g) {
   checkGeom(g);
+  if (convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemm(g)) {
+    detail::conv2dForwardGemmNhwc(dev, y, x, w, b, g);
+    return;
+  }
   if (convBackend() == ConvBackend::kOneDnn && detail::conv2dForwardOneDnn(dev, y, x, w, b, g)) return;
+  if (g.srcNhwc || g.dstNhwc) {  // im2col runs on NCHW: convert around it
+    ConvGeom p = g;
+    p.srcNhwc = p.dstNhwc = false;
+    const int ohw = g.oh() * g.ow();
+    float* yc = g.dstNhwc ? dev.scratch(kLayoutSlotB, static_cast<std::size_t>(g.n) * g.oc * ohw) : y;
+    conv2dForward(dev, yc, asNchw(dev, kLayoutSlotA, x, g.srcNhwc, g.n, g.c, g.h * g.w), w, b, p);
+    if (g.dstNhwc) nchwToNhwc(y, yc, g.n, g.oc, ohw);
+    return;
+  }
   const int ohw = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
   const int nbMax = chunkImages(g);
   for (int n0 = 0; n0 < g.n; n0 += nbMax) {
@@ -173,8 +245,41 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g) {
   checkGeom(g);
+  if (g.dyBf16) {  // oneDNN's kernels read bf16 dy as it is; the other paths widen it once
+    if (convBackend() == ConvBackend::kOneDnn && !detail::useNhwcGemm(g) &&
+        detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g))
+      return;
+    const std::size_t count = static_cast<std::size_t>(g.n) * g.oc * g.oh() * g.ow();
+    Tensor wide(dev, Shape{static_cast<int>(count)}, "convolution staging");
+    const auto* bits = reinterpret_cast<const std::uint16_t*>(dy);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint32_t u = static_cast<std::uint32_t>(bits[i]) << 16;
+      std::memcpy(wide.data() + i, &u, 4);
+    }
+    ConvGeom f = g;
+    f.dyBf16 = false;
+    conv2dBackward(dev, dx, dw, db, wide.data(), x, w, f);
+    return;
+  }
+  if (convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemm(g)) {
+    detail::conv2dBackwardGemmNhwc(dev, dx, dw, db, dy, x, w, g);
+    return;
+  }
   if (convBackend() == ConvBackend::kOneDnn && detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g))
     return;
+  if (g.srcNhwc || g.dstNhwc) {  // im2col runs on NCHW: convert around it
+    ConvGeom p = g;
+    p.srcNhwc = p.dstNhwc = false;
+    const int hw = g.h * g.w;
+    const float* dyc = asNchw(dev, kLayoutSlotB, dy, g.dstNhwc, g.n, g.oc, g.oh() * g.ow());
+    const float* xc = asNchw(dev, kLayoutSlotA, x, g.srcNhwc, g.n, g.c, hw);
+    // dx goes through a buffer of its own: the scratch slots hold x and dy meanwhile.
+    Tensor dxc;
+    if (dx && g.srcNhwc) dxc = Tensor(dev, Shape{g.n, g.c, g.h, g.w}, "convolution staging");
+    conv2dBackward(dev, dx && g.srcNhwc ? dxc.data() : dx, dw, db, dyc, xc, w, p);
+    if (dx && g.srcNhwc) nchwToNhwc(dx, dxc.data(), g.n, g.c, hw);
+    return;
+  }
   const int ohw = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
   const int nbMax = chunkImages(g);
   for (int n0 = 0; n0 < g.n; n0 += nbMax) {

@@ -7,6 +7,14 @@
 #include "xspawn/engine/rng.hpp"
 
 namespace xs::engine {
+namespace detail {
+void batchNormNhwcForward(float* y, float* mean, float* invstd, float* runMean, float* runVar,
+                          const float* x, const float* gamma, const float* beta, bool train,
+                          const BatchNormArgs& a);
+void batchNormNhwcBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                           const float* mean, const float* invstd, const float* gamma, bool train,
+                           const BatchNormArgs& a, const float* y);
+}  // namespace detail
 
 // The element-wise loops are branch-free and vectorised for the widest ISA found at run time.
 #define XS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -50,6 +58,19 @@ XS_CLONES void addForward(float* y, const float* a, const float* b, std::size_t 
   for (std::size_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
 }
 
+XS_CLONES void addReluForward(float* y, const float* a, const float* b, std::size_t count) {
+#pragma omp simd
+  for (std::size_t i = 0; i < count; ++i) {
+    float v = a[i] + b[i];
+    y[i] = v > 0.f ? v : 0.f;
+  }
+}
+
+XS_CLONES void reluMaskedSum(float* dx, const float* a, const float* b, const float* y, std::size_t count) {
+#pragma omp simd
+  for (std::size_t i = 0; i < count; ++i) dx[i] = y[i] > 0.f ? a[i] + b[i] : 0.f;
+}
+
 XS_CLONES void accumulate(float* dst, const float* src, std::size_t count) {
 #pragma omp simd
   for (std::size_t i = 0; i < count; ++i) dst[i] += src[i];
@@ -80,6 +101,10 @@ void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMea
                              const BatchNormArgs& a) {
   XS_CHECK(a.n * a.hw > 1, ShapeError,
            "batch-norm in training needs more than one value per channel: use a batch above 1");
+  if (a.nhwc) {
+    detail::batchNormNhwcForward(y, mean, invstd, runMean, runVar, x, gamma, beta, true, a);
+    return;
+  }
   const double m = static_cast<double>(a.n) * a.hw;
   for (int c = 0; c < a.c; ++c) {
     // Two passes (mean, then squared deviations) keep the variance accurate.
@@ -100,11 +125,17 @@ void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMea
       rowAffine(y + off, x + off, a.hw, scale, shift);
     }
   }
+  if (a.relu) reluForward(y, y, static_cast<std::size_t>(a.n) * a.c * a.hw);
 }
 
 void batchNorm2dForwardEval(float* y, float* mean, float* invstd, const float* runMean,
                             const float* runVar, const float* x, const float* gamma,
                             const float* beta, const BatchNormArgs& a) {
+  if (a.nhwc) {
+    detail::batchNormNhwcForward(y, mean, invstd, const_cast<float*>(runMean), const_cast<float*>(runVar),
+                                 x, gamma, beta, false, a);
+    return;
+  }
   for (int c = 0; c < a.c; ++c) {
     float is = 1.f / std::sqrt(runVar[c] + a.eps);
     mean[c] = runMean[c];
@@ -115,6 +146,7 @@ void batchNorm2dForwardEval(float* y, float* mean, float* invstd, const float* r
       rowAffine(y + off, x + off, a.hw, scale, shift);
     }
   }
+  if (a.relu) reluForward(y, y, static_cast<std::size_t>(a.n) * a.c * a.hw);
 }
 
 namespace {
@@ -140,7 +172,17 @@ XS_CLONES void rowGradInput(float* dx, const float* dy, const float* x, int hw, 
 
 void batchNorm2dBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                          const float* mean, const float* invstd, const float* gamma, bool train,
-                         const BatchNormArgs& a) {
+                         const BatchNormArgs& a, const float* y) {
+  XS_CHECK(!a.relu || y, ArgumentError, "batch-norm backward with a fused ReLU needs the forward's output y");
+  XS_CHECK(!a.dxBf16 || a.nhwc, ArgumentError, "batch-norm writes a bf16 dx only in the NHWC layout");
+  if (a.nhwc) {
+    detail::batchNormNhwcBackward(dx, dgamma, dbeta, dy, x, mean, invstd, gamma, train, a, y);
+    return;
+  }
+  if (a.relu) {  // dx = dy masked by the ReLU, then the batch-norm backward in place on it
+    reluBackward(dx, dy, y, static_cast<std::size_t>(a.n) * a.c * a.hw);
+    dy = dx;
+  }
   const double m = static_cast<double>(a.n) * a.hw;
   for (int c = 0; c < a.c; ++c) {
     double sdy = 0.0, sdxm = 0.0;  // sum dy, sum dy * (x - mu)

@@ -7,6 +7,11 @@
 #include "xspawn/engine/ops.hpp"
 
 namespace xs::engine {
+namespace detail {
+void maxPoolNhwcForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g);
+void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g);
+}  // namespace detail
+
 namespace {
 void checkPool(const PoolGeom& g, const char* op) {
   XS_CHECK(g.n > 0 && g.c > 0 && g.h > 0 && g.w > 0 && g.k > 0 && g.stride > 0 && g.pad >= 0,
@@ -84,6 +89,10 @@ void maxPoolSmall(float* y, std::int32_t* argmax, const float* x, const PoolGeom
 
 void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g) {
   checkPool(g, "max-pool");
+  if (g.nhwc) {
+    detail::maxPoolNhwcForward(y, argmax, x, g);
+    return;
+  }
   if (g.pad == 0 && g.k == 2) {
     maxPoolSmall<2>(y, argmax, x, g);
     return;
@@ -123,6 +132,10 @@ void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const Pool
 }
 
 void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g) {
+  if (g.nhwc) {
+    detail::maxPoolNhwcBackward(dx, dy, argmax, g);
+    return;
+  }
   const std::size_t plane = static_cast<std::size_t>(g.oh()) * g.ow();
   std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.c * g.h * g.w * sizeof(float));
   for (std::size_t pl = 0; pl < static_cast<std::size_t>(g.n) * g.c; ++pl) {

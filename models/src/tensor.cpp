@@ -48,6 +48,8 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     capacity_ = std::exchange(o.capacity_, 0);
     shape_ = std::exchange(o.shape_, Shape{});
+    layout_ = std::exchange(o.layout_, Layout::kNchw);
+    dtype_ = std::exchange(o.dtype_, DType::kF32);
   }
   return *this;
 }

@@ -91,6 +91,20 @@ TEST_F(Checkpoint, CorruptTruncatedAndForeignFilesAreClearErrors) {
   EXPECT_NO_THROW(loadCheckpoint(path_, a, nullptr));
 }
 
+TEST_F(Checkpoint, SaveLeavesNoTemporaryAndMissingDirectoryIsAClearError) {
+  Model a(dev_, cfg("mlp", 1));
+  saveCheckpoint(path_, a, nullptr);  // written, fsynced, renamed, directory fsynced
+  EXPECT_FALSE(std::filesystem::exists(path_ + ".tmp"));
+  EXPECT_NO_THROW(loadCheckpoint(path_, a, nullptr));
+  std::string missing = path_ + ".no-such-dir/ckpt.bin";
+  try {
+    saveCheckpoint(missing, a, nullptr);
+    FAIL() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("check the directory exists"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Checkpoint, OtherVersionIsRejected) {
   Model a(dev_, cfg("mlp", 1));
   saveCheckpoint(path_, a, nullptr);

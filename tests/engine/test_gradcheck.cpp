@@ -158,8 +158,10 @@ TEST(GradCheck, Dropout) {
   expectGradient("dropout dx", x, dx, r, fwd);
 }
 
-void batchNormCheck(bool train) {
+void batchNormCheck(bool train, bool nhwc = false, bool relu = false) {
   BatchNormArgs a{3, 2, 5};
+  a.nhwc = nhwc;  // the same numbers read as [n, hw, c]
+  a.relu = relu;
   const std::size_t n = 3 * 2 * 5;
   auto x = pattern(n, 23, 2.f), gamma = pattern(2, 24), beta = pattern(2, 25), r = pattern(n, 26);
   std::vector<float> mean(2), invstd(2), rm{0.1f, -0.2f}, rv{1.5f, 0.7f};
@@ -171,11 +173,12 @@ void batchNormCheck(bool train) {
                                 gamma.data(), beta.data(), a);
     return y;
   };
-  fwd();
+  std::vector<float> y = fwd();
   std::vector<float> dx(n), dg(2, 0.f), dbt(2, 0.f);
   batchNorm2dBackward(dx.data(), dg.data(), dbt.data(), r.data(), x.data(), mean.data(), invstd.data(),
-                      gamma.data(), train, a);
-  std::string tag = train ? "batch-norm train" : "batch-norm eval";
+                      gamma.data(), train, a, y.data());
+  std::string tag = std::string(train ? "batch-norm train" : "batch-norm eval") + (nhwc ? " nhwc" : "") +
+                    (relu ? " relu" : "");
   expectGradient(tag + " dx", x, dx, r, fwd, 1e-2f, 3e-2);
   expectGradient(tag + " dgamma", gamma, dg, r, fwd);
   expectGradient(tag + " dbeta", beta, dbt, r, fwd);
@@ -183,6 +186,13 @@ void batchNormCheck(bool train) {
 
 TEST(GradCheck, BatchNormTrain) { batchNormCheck(true); }
 TEST(GradCheck, BatchNormEval) { batchNormCheck(false); }
+TEST(GradCheck, BatchNormChannelsLastWithRelu) {
+  for (bool train : {true, false})
+    for (bool relu : {false, true}) {
+      batchNormCheck(train, true, relu);
+      if (relu) batchNormCheck(train, false, true);
+    }
+}
 
 TEST(GradCheck, LogSoftmaxNll) {
   const int B = 4, C = 5;

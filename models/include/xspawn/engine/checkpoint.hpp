@@ -13,7 +13,9 @@ namespace xs::engine {
 
 inline constexpr std::uint32_t kCheckpointVersion = 1;
 
-// Writes atomically (to path + ".tmp", then rename). opt may be null.
+// Writes atomically and durably (path + ".tmp", fsync, rename, fsync of the directory). The
+// model's step counter (Model::step) is not saved: a trainer restores it with setStep. opt may
+// be null.
 void saveCheckpoint(const std::string& path, Model& model, Optimizer* opt);
 // Restores into a model (and optimizer) built with the same layout; throws CheckpointError on
 // a missing, truncated, corrupt or mismatching file, leaving the model untouched.

@@ -54,7 +54,7 @@ class Device {
 
   // Scratch buffer number slot (0..kScratchSlots-1) of at least floats floats; reused by
   // kernels (im2col columns, bf16 copies). Valid until the next call with the same slot.
-  static constexpr int kScratchSlots = 6;
+  static constexpr int kScratchSlots = 8;
   float* scratch(int slot, std::size_t floats);
 
   // Host <-> device copies: the only way data enters or leaves the device.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +23,10 @@ struct Context {
   bool train = true;
   std::uint64_t seed = 0;  // dropout masks
   std::uint64_t step = 0;
+  // Told when a range of the flat gradient buffer is final (Model::setGradReadyHook); may be null.
+  const std::function<void(std::size_t, std::size_t)>* gradReady = nullptr;
+  // Reports the gradients of parameter views [first, last] (registered consecutively) as final.
+  void gradsReady(std::size_t first, std::size_t last) const;
 };
 
 // Accumulates the build-time facts of a model.
@@ -68,10 +73,16 @@ ModulePtr makeAvgPool2d(int k, int stride, int pad = 0);
 ModulePtr makeAdaptiveAvgPool2d(int oh, int ow);
 ModulePtr makeRelu();
 ModulePtr makeDropout(float p);
-ModulePtr makeBatchNorm2d(int channels);
+// relu: batch-norm followed by ReLU, in one pass each way. gradToConv: its input gradient goes
+// only to a convolution (the layer before it), so in bf16 channels-last it is written as bf16.
+ModulePtr makeBatchNorm2d(int channels, bool relu = false, bool gradToConv = false);
 ModulePtr makeFlatten();
 // ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); the shortcut is a
 // strided 1x1 conv ("conv3") when the stride or the channel count changes.
-ModulePtr makeBasicBlock(int in, int out, int stride);
+// reluInput: x is a ReLU's output (x >= 0): the block returns dx already through that ReLU's
+// backward (masked by x > 0, which the ReLU's own backward then leaves as is). maskedGrad: the
+// dy the block receives is already masked by its output y > 0 (the next block has reluInput),
+// so the block skips its own ReLU's backward.
+ModulePtr makeBasicBlock(int in, int out, int stride, bool reluInput = false, bool maskedGrad = false);
 
 }  // namespace xs::engine

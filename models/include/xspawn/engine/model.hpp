@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,18 @@ class Model {
   // Re-initialises parameters and running statistics from seed.
   void initialize(std::uint64_t seed);
 
+  // Training forwards run so far: dropout masks are drawn from (seed, step), so a resumed run
+  // sets it to the steps already trained to continue the same mask sequence.
+  std::uint64_t step() const { return step_; }
+  void setStep(std::uint64_t step) { step_ = step; }
+
+  // Called during backward() each time a contiguous range [offset, offset + count) of the flat
+  // gradient buffer is final (one call per layer with parameters, roughly last layer first);
+  // the calls cover the whole buffer (alignment gaps included) exactly once per backward. Lets
+  // a trainer start reducing gradients while backward runs. An empty function removes it.
+  using GradReadyHook = std::function<void(std::size_t offset, std::size_t count)>;
+  void setGradReadyHook(GradReadyHook hook) { gradReady_ = std::move(hook); }
+
  private:
   Device& dev_;
   ModelConfig cfg_;
@@ -75,6 +88,7 @@ class Model {
   int batch_ = 0;
   bool train_ = false;
   std::uint64_t step_ = 0;
+  GradReadyHook gradReady_;
 };
 
 // The network of a model name for a per-sample input shape (used by Model).

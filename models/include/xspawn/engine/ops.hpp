@@ -8,6 +8,7 @@
 #include <string>
 
 #include "xspawn/engine/device.hpp"
+#include "xspawn/engine/tensor.hpp"
 
 namespace xs::engine {
 
@@ -24,6 +25,11 @@ struct ConvGeom {
   int n, c, h, w;       // input [n, c, h, w]
   int oc, kh, kw;       // weight [oc, c, kh, kw], bias [oc]
   int stride = 1, pad = 0;
+  bool srcNhwc = false, dstNhwc = false;  // x and dx / y and dy stored channels last
+  // The caller leaves x unchanged between conv2dForward and conv2dBackward: the backward then
+  // reuses the forward's copy of x in the kernel's layout and precision (one conversion less).
+  bool keepSrc = false;
+  bool dyBf16 = false;  // dy holds bfloat16 values (what the bf16 products round it to anyway)
   int oh() const { return (h + 2 * pad - kh) / stride + 1; }
   int ow() const { return (w + 2 * pad - kw) / stride + 1; }
 };
@@ -35,6 +41,18 @@ const char* convBackendName(ConvBackend b);
 ConvBackend parseConvBackend(const std::string& name);
 ConvBackend convBackend();
 void setConvBackend(ConvBackend b);
+// With the oneDNN backend, a channels-last convolution of at most this many output pixels per
+// image runs as GEMMs over gathered patches instead (faster on small maps, docs/engine.md).
+// Default 16, or $XS_ENGINE_NHWC_GEMM_PIXELS; 0 turns it off.
+void setNhwcGemmMaxPixels(int pixels);
+
+// The layout the convolutions of dev want their activations in: NHWC for bf16 (the AMX and
+// AVX512-BF16 kernels read it directly), NCHW for fp32 (kAuto). $XS_ENGINE_LAYOUT (auto, nchw,
+// nhwc) or setLayoutPolicy choose one for every precision instead.
+enum class LayoutPolicy { kAuto, kNchw, kNhwc };
+LayoutPolicy parseLayoutPolicy(const std::string& name);
+void setLayoutPolicy(LayoutPolicy p);
+Layout preferredLayout(const Device& dev);
 
 // x [n, c, h, w], w [oc, c, kh, kw], b [oc] (may be null) -> y [n, oc, oh, ow]
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
@@ -43,10 +61,15 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g);
 
+// ---- layout conversions: [n, c, hw] <-> [n, hw, c] ----------------------------------------------
+void nchwToNhwc(float* dst, const float* src, int n, int c, int hw);
+void nhwcToNchw(float* dst, const float* src, int n, int c, int hw);
+
 // ---- pooling -------------------------------------------------------------------------------
 struct PoolGeom {
   int n, c, h, w;  // input [n, c, h, w]
   int k, stride, pad = 0;
+  bool nhwc = false;  // max-pool only: x, y, argmax, dy, dx stored channels last
   int oh() const { return (h + 2 * pad - k) / stride + 1; }
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
 };
@@ -73,6 +96,10 @@ void dropoutForward(float* y, float* mask, const float* x, std::size_t count, fl
 void dropoutBackward(float* dx, const float* dy, const float* mask, std::size_t count);
 // a, b [count] -> y [count]; backward: dy flows unchanged into both inputs
 void addForward(float* y, const float* a, const float* b, std::size_t count);
+// y = relu(a + b) (y may alias a or b)
+void addReluForward(float* y, const float* a, const float* b, std::size_t count);
+// dx = y > 0 ? a + b : 0 (a residual block's input gradient through the ReLU that made y)
+void reluMaskedSum(float* dx, const float* a, const float* b, const float* y, std::size_t count);
 // dst [count] += src [count]
 void accumulate(float* dst, const float* src, std::size_t count);
 
@@ -80,6 +107,9 @@ void accumulate(float* dst, const float* src, std::size_t count);
 struct BatchNormArgs {
   int n, c, hw;
   float momentum = 0.1f, eps = 1e-5f;
+  bool nhwc = false;  // x, y, dy, dx stored [n, hw, c]
+  bool relu = false;  // y = relu(batch-norm(x)); backward then takes that y to mask dy
+  bool dxBf16 = false;  // NHWC only: backward writes dx as bfloat16 (for a bf16 convolution)
 };
 // train: x [n, c, hw] -> y, mean [c], invstd [c]; runMean, runVar [c] updated (unbiased var)
 void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMean, float* runVar,
@@ -89,10 +119,11 @@ void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMea
 void batchNorm2dForwardEval(float* y, float* mean, float* invstd, const float* runMean,
                             const float* runVar, const float* x, const float* gamma,
                             const float* beta, const BatchNormArgs& a);
-// dy [n, c, hw] -> dx [n, c, hw], dgamma [c] +=, dbeta [c] +=; train: through batch statistics
+// dy [n, c, hw] -> dx [n, c, hw], dgamma [c] +=, dbeta [c] +=; train: through batch statistics.
+// With a.relu, y is the forward's output (dy counts only where y > 0); otherwise y may be null.
 void batchNorm2dBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                          const float* mean, const float* invstd, const float* gamma, bool train,
-                         const BatchNormArgs& a);
+                         const BatchNormArgs& a, const float* y = nullptr);
 
 // ---- losses (mean over the batch) -------------------------------------------------------------
 // x [B, C] -> y [B, C] = log softmax(x)

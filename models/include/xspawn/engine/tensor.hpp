@@ -24,6 +24,16 @@ struct Shape {
   std::string str() const;  // "[2, 3, 28, 28]"
 };
 
+// How a rank-4 activation [n, c, h, w] is stored: NCHW (PyTorch's default, the interface of
+// every op) or NHWC (channels last: what the bf16 matrix unit reads without a reorder). The
+// shape always names the logical NCHW dims.
+enum class Layout { kNchw, kNhwc };
+
+// What a tensor's buffer holds: float32, or bfloat16 values (2 bytes each, packed from the
+// start of the buffer: a bf16 producer feeding a bf16 consumer, e.g. a gradient a convolution
+// would round to bf16 anyway).
+enum class DType { kF32, kBf16 };
+
 // A move-only float32 tensor owned by a device; memory returns to the arena on destruction.
 class Tensor {
  public:
@@ -49,6 +59,10 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   std::size_t numel() const { return shape_.numel(); }
   bool empty() const { return data_ == nullptr; }
+  Layout layout() const { return layout_; }
+  void setLayout(Layout l) { layout_ = l; }
+  DType dtype() const { return dtype_; }
+  void setDtype(DType t) { dtype_ = t; }
   Device* device() const { return dev_; }
 
  private:
@@ -57,6 +71,8 @@ class Tensor {
   float* data_ = nullptr;
   std::size_t capacity_ = 0;
   Shape shape_;
+  Layout layout_ = Layout::kNchw;
+  DType dtype_ = DType::kF32;
 };
 
 }  // namespace xs::engine
