@@ -12,6 +12,7 @@
 
 #include "arena.hpp"
 #include "control.hpp"
+#include "reduce_kernels.hpp"
 #include "wait.hpp"
 #include "xspawn/error.hpp"
 
@@ -28,12 +29,6 @@ struct Hello {
   char host[64];
 };
 
-// An op's identity, compared across machines before its first transport operation.
-struct OpCheck {
-  std::uint64_t seq;
-  std::uint64_t hash;
-  char tag[kTagBytes];
-};
 
 std::size_t pad8(std::size_t n) { return (n + 7) / 8 * 8; }
 
@@ -191,16 +186,20 @@ void MachineProxy::handshake() {
   channel_.joined.store(1, std::memory_order_release);
 }
 
-bool MachineProxy::checkOp(const MachineRequest& ch) {
-  if (ch.opSeq == checkedOp_) return true;
-  checkedOp_ = ch.opSeq;
-  OpCheck mine{};
-  mine.seq = ch.opSeq;
-  mine.hash = ch.opHash;
-  std::memcpy(mine.tag, ch.opTag, sizeof mine.tag);
-  mine.tag[sizeof mine.tag - 1] = '\0';
-  std::vector<OpCheck> all(transport_->machines());
-  complete({transport_->allGather(&mine, sizeof mine, all.data())});
+namespace {
+
+MachineProxy::OpCheck opCheckOf(const MachineRequest& request) {
+  MachineProxy::OpCheck c{};
+  c.seq = request.opSeq;
+  c.hash = request.opHash;
+  std::memcpy(c.tag, request.opTag, sizeof c.tag);
+  c.tag[sizeof c.tag - 1] = '\0';
+  return c;
+}
+
+}  // namespace
+
+bool MachineProxy::verifyOps(const std::vector<OpCheck>& all, const OpCheck& mine) {
   for (const OpCheck& c : all) {
     if (c.seq == mine.seq && c.hash == mine.hash) continue;
     std::string where;
@@ -210,6 +209,50 @@ bool MachineProxy::checkOp(const MachineRequest& ch) {
     fail(AbortReason::kDivergence,
          fmt::format("the machines reached different ops (or the same op with other arguments): {}", where));
     return false;
+  }
+  checkedOp_ = mine.seq;
+  return true;
+}
+
+bool MachineProxy::checkOp(const MachineRequest& request) {
+  if (request.opSeq == checkedOp_) return true;
+  // The same size as a small all-reduce's exchange: machines at different ops must still
+  // exchange equal sizes (a transport writes what the sender sent), so that the check can
+  // tell them apart instead of overrunning a buffer.
+  const OpCheck mine = opCheckOf(request);
+  std::vector<std::byte> send(kCheckExchangeBytes), recv(kCheckExchangeBytes * transport_->machines());
+  std::memcpy(send.data(), &mine, sizeof mine);
+  complete({transport_->allGather(send.data(), send.size(), recv.data())});
+  std::vector<OpCheck> all(transport_->machines());
+  for (std::size_t m = 0; m < all.size(); ++m) std::memcpy(&all[m], recv.data() + m * kCheckExchangeBytes, sizeof(OpCheck));
+  return verifyOps(all, mine);
+}
+
+bool MachineProxy::serveSmallAllReduce(const MachineRequest& request, std::byte* const* slices) {
+  // One allgather of [the op's identity | this machine's reduced chunk] instead of an op
+  // check and then an all-reduce (two network latencies): every machine then reduces the
+  // machines' copies itself, in machine order, so all get the same bits.
+  const auto type = static_cast<DType>(request.dtype);
+  const std::size_t es = dtypeSize(type);
+  const int world = segment_.worldSize(), machines = transport_->machines();
+  const std::size_t stride = kCheckExchangeBytes;
+  std::vector<std::byte> send(stride), recv(stride * machines);
+  const OpCheck mine = opCheckOf(request);
+  std::memcpy(send.data(), &mine, sizeof mine);
+  for (int k = 0; k < world; ++k) {
+    const Slice s = slice_of(request.count, k, world);
+    std::memcpy(send.data() + sizeof(OpCheck) + s.first * es, slices[k], s.size * es);
+  }
+  complete({transport_->allGather(send.data(), stride, recv.data())});
+  std::vector<OpCheck> all(machines);
+  for (int m = 0; m < machines; ++m) std::memcpy(&all[m], recv.data() + m * stride, sizeof(OpCheck));
+  if (!verifyOps(all, mine)) return false;
+  std::vector<const void*> srcs(machines);
+  for (int k = 0; k < world; ++k) {
+    const Slice s = slice_of(request.count, k, world);
+    for (int m = 0; m < machines; ++m) srcs[m] = recv.data() + m * stride + sizeof(OpCheck) + s.first * es;
+    void* dst[1] = {slices[k]};
+    reduceInto(type, static_cast<ReduceOp>(request.op), srcs.data(), machines, dst, 1, s.size, 1);
   }
   return true;
 }
@@ -245,29 +288,40 @@ void MachineProxy::serveRendezvous(const MachineRequest& ch) {
 }
 
 void MachineProxy::serve(std::uint64_t seq) {
-  const MachineRequest& ch = channel_.requests[seq % 2];
-  if (!checkOp(ch)) return;
-  const auto kind = static_cast<MachineOpKind>(ch.kind);
+  const MachineRequest& request = channel_.requests[seq % 2];
+  const auto kind = static_cast<MachineOpKind>(request.kind);
   Arena arena(segment_);
   const int world = segment_.worldSize();
-  if (kind == MachineOpKind::kRendezvous) {
-    serveRendezvous(ch);
-  } else if (kind == MachineOpKind::kAllReduce) {
+  if (kind == MachineOpKind::kAllReduce) {
     // Every local rank's slice where it lies (its staging buffer or its heap tensor).
-    const auto type = static_cast<DType>(ch.dtype);
+    const auto type = static_cast<DType>(request.dtype);
     const std::size_t es = dtypeSize(type);
-    std::vector<MachineTransport::Handle> handles;
+    std::vector<std::byte*> slices(world);
     for (int k = 0; k < world; ++k) {
-      const Slice s = slice_of(ch.count, k, world);
-      if (s.size == 0) continue;
-      std::byte* base = ch.heapOffset == ~0ULL ? arena.stage(k, static_cast<int>(ch.parity)) : arena.heap(k) + ch.heapOffset;
-      handles.push_back(transport_->allReduce(base + s.first * es, s.size, type, static_cast<ReduceOp>(ch.op)));
+      std::byte* base = request.heapOffset == ~0ULL ? arena.stage(k, static_cast<int>(request.parity))
+                                                    : arena.heap(k) + request.heapOffset;
+      slices[k] = base + slice_of(request.count, k, world).first * es;
     }
-    complete(handles);
+    if (request.count * es <= kSmallAllReduceBytes) {
+      if (!serveSmallAllReduce(request, slices.data())) return;
+    } else {
+      if (!checkOp(request)) return;
+      std::vector<MachineTransport::Handle> handles;
+      for (int k = 0; k < world; ++k) {
+        const Slice s = slice_of(request.count, k, world);
+        if (s.size > 0) handles.push_back(transport_->allReduce(slices[k], s.size, type, static_cast<ReduceOp>(request.op)));
+      }
+      complete(handles);
+    }
+  } else if (!checkOp(request)) {
+    return;
+  } else if (kind == MachineOpKind::kRendezvous) {
+    serveRendezvous(request);
   } else if (kind == MachineOpKind::kBroadcast) {
-    complete({transport_->broadcast(arena.stage(ch.rootRank, static_cast<int>(ch.parity)), ch.count, ch.root)});
+    complete({transport_->broadcast(arena.stage(request.rootRank, static_cast<int>(request.parity)), request.count,
+                                    request.root)});
   } else {
-    fail(AbortReason::kRankFailed, fmt::format("machine channel: unknown request kind {}", ch.kind));
+    fail(AbortReason::kRankFailed, fmt::format("machine channel: unknown request kind {}", request.kind));
     return;
   }
   if (broken_) return;

@@ -33,6 +33,13 @@ class MachineProxy {
     std::string text;      // one line for the report
   };
 
+  // An op's identity, compared across machines before its first transport operation.
+  struct OpCheck {
+    std::uint64_t seq;
+    std::uint64_t hash;
+    char tag[kTagBytes];
+  };
+
   MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport);
   ~MachineProxy();
   MachineProxy(const MachineProxy&) = delete;
@@ -57,7 +64,14 @@ class MachineProxy {
   void threadMain();
   void handshake();
   void serve(std::uint64_t seq);
+  // Compares the request's op across machines (once per op); false after failing the job.
   bool checkOp(const MachineRequest& request);
+  bool verifyOps(const std::vector<OpCheck>& all, const OpCheck& mine);
+  bool serveSmallAllReduce(const MachineRequest& request, std::byte* const* slices);
+  // Up to this many bytes an all-reduce crosses machines as one allgather with its op check
+  // (latency-bound sizes); every op check exchanges the same number of bytes.
+  static constexpr std::size_t kSmallAllReduceBytes = 4096;
+  static constexpr std::size_t kCheckExchangeBytes = sizeof(OpCheck) + kSmallAllReduceBytes;
   void serveRendezvous(const MachineRequest& request);
   // Waits for the handles while moving notices both ways; throws Stopped on stop().
   void complete(const std::vector<MachineTransport::Handle>& handles);

@@ -107,7 +107,8 @@ TEST_F(MachinesTest, EveryCollectiveMatchesTheReferenceOnTwoMachines) {
 }
 
 TEST_F(MachinesTest, EveryCollectiveMatchesTheReferenceOnThreeMachines) {
-  RunResult r = runWorkers(3, 2, {"everything"}, {"--quiet", "--stage-size", "4K", "--shared-heap", "1M"}, 240);
+  // Default staging: 5003 elements go in one chunk, above the single-allgather size.
+  RunResult r = runWorkers(3, 2, {"everything"}, {"--quiet", "--shared-heap", "1M"}, 240);
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
   expectClean(3);
 }
@@ -147,6 +148,18 @@ TEST_F(MachinesTest, MachinesAtDifferentRendezvousFailNamingWhereEachIs) {
   EXPECT_NE(r.err.find("machine 1 at 'save'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("machine 0 at 'epoch_end'"), std::string::npos) << r.err;
   expectClean(2);
+}
+
+TEST_F(MachinesTest, MachinesAtDifferentKindsOfOpFailNamingBoth) {
+  // Machine 0 enters a rendezvous while machine 1 all-reduces 4 KiB, and the other way round.
+  for (const char* target : {"0", "1"}) {
+    RunResult r = runWorkers(2, 2, {"diverge-kind", target}, {}, 60);
+    EXPECT_NE(r.exitCode, 0);
+    EXPECT_NE(r.err.find("the machines reached different ops"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("at 'step'#1"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("at 'sum float[1024]"), std::string::npos) << r.err;
+    expectClean(2);
+  }
 }
 
 TEST_F(MachinesTest, ARendezvousTooLargeForTheMachineBufferSaysWhatToDo) {

@@ -45,6 +45,14 @@ int main(int argc, char** argv) {
     xs::rendezvous("big", std::string(3 << 20, 'x'));
     return 0;
   }
+  if (mode == "diverge-kind") {
+    // The target machine's ranks enter a rendezvous where the others all-reduce a few KiB.
+    const int machine = rank / xs::local_world_size();
+    std::vector<float> v(1024, 1.0f);
+    if (machine == target) xs::rendezvous("step");
+    else xs::all_reduce(std::span<float>(v));
+    return 0;
+  }
   if (mode == "diverge") {
     // The ranks of the target machine reach another rendezvous than everyone else.
     const int machine = rank / xs::local_world_size();
