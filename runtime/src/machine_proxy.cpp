@@ -32,6 +32,9 @@ struct Hello {
 
 std::size_t pad8(std::size_t n) { return (n + 7) / 8 * 8; }
 
+// How long the proxy polls for the next request after serving one.
+constexpr std::chrono::microseconds kProxySpin{30};
+
 }  // namespace
 
 MachineProxy::MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport)
@@ -335,12 +338,21 @@ void MachineProxy::threadMain() {
     transport_->join();
     pump();
     handshake();
+    const bool spin = segment_.header().worldSize < segment_.header().onlineCpus;
+    Clock::time_point lastServed{};
     while (!stop_.load()) {
       pump();
       // Acquire: pairs with local rank 0's release of requestSeq (the request's fields).
       const std::uint64_t seq = channel_.requestSeq.load(std::memory_order_acquire);
       if (seq > served_ && !broken_) {
         serve(++served_);  // in order: at most two are posted
+        lastServed = Clock::now();
+        continue;
+      }
+      // Right after a request the next one often follows (the next chunk, the next small
+      // all-reduce): poll for a moment before sleeping, unless the workers need every core.
+      if (spin && Clock::now() - lastServed < kProxySpin) {
+        for (int i = 0; i < 64; ++i) __builtin_ia32_pause();
         continue;
       }
       futexWait(&channel_.requestSeq, static_cast<std::uint32_t>(seq), std::chrono::milliseconds(2));
