@@ -3,7 +3,7 @@
 # one thread per process) on the same machine, model (seed 004's convnet), data (Fashion-MNIST),
 # per-worker batch, optimizer and number of workers. Prints images/s, training time per epoch
 # and training time to the target test accuracy for both, with the ratios, and xspawn's scaling
-# from 1 to 2 workers (N = 1 runs SCALE_EPOCHS epochs, only for that).
+# from 1 to 2 workers (N = 1 runs SCALE_EPOCHS epochs, only for that; SCALE_EPOCHS=0 skips it).
 #
 # Both sides evaluate on the whole test set after every epoch and stop at the first evaluation
 # that reaches TARGET (or after EPOCHS). Evaluation time is EXCLUDED on both sides: images/s,
@@ -11,6 +11,7 @@
 #
 #   scripts/bench_train.sh                  # N = 2 and 8, batch 100, Adam 1e-3, up to 10 epochs
 #   NPROCS="2" EPOCHS=1 scripts/bench_train.sh
+#   KEEP=bench-out NPROCS=8 EPOCHS=3 SCALE_EPOCHS=0 scripts/bench_train.sh   # keep the raw files
 #
 # Needs a Release build in $BUILD (default build/) and Debian's python3-torch (/usr/bin/python3).
 set -euo pipefail
@@ -24,8 +25,13 @@ LR=${LR:-1e-3}
 TARGET=${TARGET:-0.90}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 PY=/usr/bin/python3
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+if [ -n "${KEEP:-}" ]; then  # KEEP=DIR keeps the logs and per-epoch metrics there
+  OUT=$KEEP
+  mkdir -p "$OUT"
+else
+  OUT=$(mktemp -d)
+  trap 'rm -rf "$OUT"' EXIT
+fi
 
 [ -x "$BUILD/xspawn" ] && [ -x "$BUILD/xspawn-train" ] || { echo "bench_train.sh: build first ($BUILD/xspawn, $BUILD/xspawn-train)" >&2; exit 1; }
 $PY -c 'import torch' 2>/dev/null || { echo "bench_train.sh: /usr/bin/python3 has no torch: apt-get install python3-torch" >&2; exit 1; }
@@ -34,8 +40,10 @@ $PY -c 'import torch' 2>/dev/null || { echo "bench_train.sh: /usr/bin/python3 ha
 common="--model convnet --dataset fashion-mnist --data-dir $DATA --batch-size $BATCH --optimizer adam --lr $LR --lr-step 0 --precision fp32 --seed 1234"
 pct=$($PY -c "print($TARGET * 100)")
 echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); settings: $common, up to $EPOCHS epochs, stop at $pct%"
-echo "xspawn, N=1 ($SCALE_EPOCHS epochs, for the scaling) ..." >&2
-"$BUILD/xspawn" --nprocs 1 -q train $common --epochs "$SCALE_EPOCHS" --metrics "$OUT/xspawn-1.jsonl" > "$OUT/xspawn-1.log"
+if [ "$SCALE_EPOCHS" -gt 0 ]; then
+  echo "xspawn, N=1 ($SCALE_EPOCHS epochs, for the scaling) ..." >&2
+  "$BUILD/xspawn" --nprocs 1 -q train $common --epochs "$SCALE_EPOCHS" --metrics "$OUT/xspawn-1.jsonl" > "$OUT/xspawn-1.log"
+fi
 for n in $NPROCS; do
   echo "xspawn, N=$n ..." >&2
   "$BUILD/xspawn" --nprocs "$n" -q train $common --epochs "$EPOCHS" --stop-at-accuracy "$pct" \
@@ -81,7 +89,8 @@ for n in nprocs:
     x, t = xspawn(n), torch(n)
     print(f"| {n} | {x[0]:.0f} | {t[0]:.0f} | **{x[0] / t[0]:.2f}x** | {x[1]:.1f} | {t[1]:.1f} | {fmt(x[2])} | {fmt(t[2])} | "
           f"{ratio(t[2], x[2])} | {x[4]} / {t[4]} | {100 * x[3]:.2f}% / {100 * t[3]:.2f}% |")
-one = xspawn(1)
-if 2 in nprocs:
+import os
+if 2 in nprocs and os.path.exists(f"{out}/xspawn-1.jsonl"):
+    one = xspawn(1)
     print(f"\nxspawn scaling 1 -> 2 workers: {one[0]:.0f} -> {xspawn(2)[0]:.0f} images/s = {xspawn(2)[0] / one[0]:.2f}x")
 PYEOF
