@@ -5,7 +5,13 @@ Seed 004's convnet on Fashion-MNIST with DistributedDataParallel (gloo backend),
 torch.multiprocessing.spawn with one thread per process, DistributedSampler and a per-worker
 batch, the same normalisation as xspawn. Prints one JSON line (rank 0): images/s per epoch,
 training seconds per epoch, test accuracy after each epoch (whole test set split across ranks)
-and the training time until the test accuracy first reached the target.
+and the training time until the test accuracy first reached the target; with --stop-at-target
+the run ends at the first evaluation that reaches it.
+
+`--model alexnet --image-size S` is seed 000's network (torchvision's AlexNet layout and default
+initialisation, written out here) on seed 000's preprocessing: bilinear resize of the grey image
+to SxS, rounded to 8 bits as PIL does, repeated to RGB, ImageNet normalisation; the last partial
+batch is dropped (drop_last=True), as in seed 000.
 """
 import argparse
 import gzip
@@ -50,20 +56,58 @@ class ConvNet(nn.Module):
         return self.fc1(torch.flatten(x, 1))
 
 
+class AlexNet(nn.Module):
+    """torchvision.models.alexnet(num_classes=10): the same layers, names and default init."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
+            nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
+            nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(inplace=True),
+            nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
+            nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2))
+        self.avgpool = nn.AdaptiveAvgPool2d((6, 6))
+        self.classifier = nn.Sequential(
+            nn.Dropout(0.5), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(inplace=True),
+            nn.Dropout(0.5), nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Linear(4096, classes))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+IMAGENET_MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+IMAGENET_STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+
+
+def seed000_transform(x, size):
+    """[B,1,28,28] in [0,1] -> Resize((size,size)) (bilinear, 8-bit result), RGB, ImageNet normalisation."""
+    x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
+    x = torch.round(x * 255.0).clamp(0, 255) / 255.0
+    return (x.expand(-1, 3, -1, -1) - IMAGENET_MEAN) / IMAGENET_STD
+
+
 def worker(rank, args):
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=args.nprocs)
     torch.manual_seed(args.seed)
     d = args.data_dir
-    norm = lambda x: (torch.from_numpy(x.astype(np.float32) / 255.0) - 0.2860) / 0.3530
+    alexnet = args.model == "alexnet"
+    if alexnet:  # resized per batch: the whole set at SxSx3 would not fit in memory
+        norm = lambda x: torch.from_numpy(x.astype(np.float32) / 255.0)
+        prep = lambda x: seed000_transform(x, args.image_size)
+    else:
+        norm = lambda x: (torch.from_numpy(x.astype(np.float32) / 255.0) - 0.2860) / 0.3530
+        prep = lambda x: x
     train_x = norm(read_idx(f"{d}/train-images-idx3-ubyte.gz"))
     train_y = torch.from_numpy(read_idx(f"{d}/train-labels-idx1-ubyte.gz"))
     test_x = norm(read_idx(f"{d}/t10k-images-idx3-ubyte.gz"))
     test_y = torch.from_numpy(read_idx(f"{d}/t10k-labels-idx1-ubyte.gz"))
     dataset = torch.utils.data.TensorDataset(train_x, train_y)
     sampler = torch.utils.data.distributed.DistributedSampler(dataset, args.nprocs, rank, shuffle=True, seed=args.seed)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, num_workers=0)
-    model = nn.parallel.DistributedDataParallel(ConvNet())
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, num_workers=0,
+                                         drop_last=alexnet)
+    model = nn.parallel.DistributedDataParallel(AlexNet() if alexnet else ConvNet())
     if args.optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     else:
@@ -81,11 +125,13 @@ def worker(rank, args):
         images = 0
         for x, y in loader:
             opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(model(prep(x)), y)
             loss.backward()
             opt.step()
             images += len(y)
             steps += 1
+            if args.progress and rank == 0 and steps % args.progress == 0:
+                print(json.dumps({"step": steps, "loss": float(loss), "seconds": time.perf_counter() - t0}), flush=True)
             if args.max_steps and steps >= args.max_steps:
                 break
         dist.barrier()
@@ -96,13 +142,15 @@ def worker(rank, args):
             correct = torch.zeros(2)
             for i in range(first, last, 500):
                 xb, yb = test_x[i:min(i + 500, last)], test_y[i:min(i + 500, last)]
-                correct[0] += (model(xb).argmax(1) == yb).sum()
+                correct[0] += (model(prep(xb)).argmax(1) == yb).sum()
                 correct[1] += len(yb)
             dist.all_reduce(correct)
         acc = float(correct[0] / correct[1])
         result["epochs"].append({"seconds": seconds, "images_per_second": images * args.nprocs / seconds, "test_accuracy": acc})
         if result["time_to_target"] is None and acc >= args.target:
             result["time_to_target"] = trained
+            if args.stop_at_target:
+                break
         if args.max_steps and steps >= args.max_steps:
             break
     if rank == 0:
@@ -113,6 +161,11 @@ def worker(rank, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--nprocs", type=int, default=2)
+    p.add_argument("--model", choices=["convnet", "alexnet"], default="convnet")
+    p.add_argument("--image-size", type=int, default=64, help="alexnet only")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--stop-at-target", action="store_true")
+    p.add_argument("--progress", type=int, default=0, help="print the loss every N steps (rank 0)")
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--optimizer", default="adam")
@@ -124,7 +177,7 @@ def main():
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--port", type=int, default=29517)
     args = p.parse_args()
-    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
     mp.spawn(worker, args=(args,), nprocs=args.nprocs, join=True)
 
 

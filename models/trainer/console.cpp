@@ -40,6 +40,10 @@ void Progress::finish(const ProgressInfo& p) {
   drawn_ = false;
 }
 
+void Progress::log(const ProgressInfo& p) {
+  if (enabled_ && !tty_) line(format(p));
+}
+
 void Progress::line(const std::string& text) {
   if (!enabled_) return;
   std::printf(tty_ && drawn_ ? "%-100s\n" : "%s\n", text.c_str());

@@ -27,6 +27,8 @@ class Progress {
   void update(const ProgressInfo& p);
   // The epoch's final line, ended by a newline.
   void finish(const ProgressInfo& p);
+  // The line so far, printed once (--log-every in a log; a terminal has the redrawn line).
+  void log(const ProgressInfo& p);
   // A line of its own (clears a pending progress line first).
   void line(const std::string& text);
 

@@ -62,6 +62,8 @@ po::options_description describeOptions() {
       ("resume", po::value<std::string>(), "continue from the checkpoint in this directory")
       ("metrics", po::value<std::string>(), "append one JSON line per epoch and evaluation to FILE")
       ("max-steps", po::value<std::int64_t>(), "stop after N optimizer steps in total (0: no limit)")
+      ("log-every", po::value<std::int64_t>(), "print the progress line (when not on a terminal) and a metrics 'progress' event every N steps (0: only at the end of each epoch)")
+      ("stop-at-accuracy", po::value<double>(), "stop at the first evaluation with at least this test accuracy, in percent (0: never)")
       ("device-memory", po::value<std::string>(), "memory of each emulated core, e.g. 2G (default 4G)")
       ("prefetch", po::value<int>(), "batches the loader prepares ahead (default 2)")
       ("loader-threads", po::value<int>(), "threads building batches in each worker (default 1)");
@@ -133,6 +135,8 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
   take(vm, "precision", o.precision);
   take(vm, "eval-every", o.evalEvery);
   take(vm, "max-steps", o.maxSteps);
+  take(vm, "stop-at-accuracy", o.stopAtAccuracy);
+  take(vm, "log-every", o.logEvery);
   take(vm, "checkpoint-dir", o.checkpointDir);
   take(vm, "resume", o.resume);
   take(vm, "metrics", o.metrics);
@@ -158,6 +162,9 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
                  fmt::format("--precision {}: use fp32 or bf16", o.precision));
   XS_TRAIN_CHECK(o.evalEvery >= 0, fmt::format("--eval-every {}: must not be negative", o.evalEvery));
   XS_TRAIN_CHECK(o.maxSteps >= 0, fmt::format("--max-steps {}: must not be negative", o.maxSteps));
+  XS_TRAIN_CHECK(o.logEvery >= 0, fmt::format("--log-every {}: must not be negative", o.logEvery));
+  XS_TRAIN_CHECK(o.stopAtAccuracy >= 0 && o.stopAtAccuracy <= 100,
+                 fmt::format("--stop-at-accuracy {}: use a percentage in [0, 100] (0: never stop early)", o.stopAtAccuracy));
   XS_TRAIN_CHECK(o.trainSize >= 0 && o.testSize >= 0, "--train-size/--test-size: must not be negative");
   XS_TRAIN_CHECK(o.prefetch >= 1, fmt::format("--prefetch {}: must be at least 1", o.prefetch));
   XS_TRAIN_CHECK(o.loaderThreads >= 1 && o.loaderThreads <= 16,

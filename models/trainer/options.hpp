@@ -30,6 +30,8 @@ struct TrainOptions {
   std::string precision = "fp32";
   int evalEvery = 1;        // epochs between evaluations (0: only at the end)
   std::int64_t maxSteps = 0;  // stop after this many steps in total (0: no limit)
+  std::int64_t logEvery = 0;  // steps between progress lines in a log and the metrics (0: none)
+  double stopAtAccuracy = 0;  // percent: stop at the first evaluation reaching it (0: never)
   // Where.
   std::string checkpointDir;
   std::string resume;       // a checkpoint directory (or its latest.json)

@@ -198,6 +198,11 @@ int Trainer::run() {
       info.accuracy = correct / seen;
       info.etaSeconds = (trainSeconds + elapsed) / static_cast<double>(step_ - firstStep) * static_cast<double>(total - step_);
       progress_.update(info);
+      if (o_.logEvery > 0 && step_ % o_.logEvery == 0) {
+        progress_.log(info);
+        metrics({{"event", "progress"}, {"epoch", epoch + 1}, {"step", step_}, {"train_loss", info.loss},
+                 {"train_accuracy", info.accuracy}, {"images_per_second", info.imagesPerSecond}, {"seconds", elapsed}});
+      }
       loader_->recycle(std::move(*b));
       if (step_ >= total) {
         stop = true;
@@ -212,8 +217,15 @@ int Trainer::run() {
              {"seconds", since(epochStart)}, {"lr", optimizer_->lr()}});
     evaluated_ = false;
     const bool complete = inEpoch >= perEpoch || steps == 0;
-    if (complete && o_.evalEvery > 0 && ((epoch + 1) % o_.evalEvery == 0 || epoch + 1 == o_.epochs))
+    if (complete && o_.evalEvery > 0 && ((epoch + 1) % o_.evalEvery == 0 || epoch + 1 == o_.epochs)) {
       evaluateAndReport(epoch);
+      // Every rank holds the same all-reduced accuracy, so all of them stop together.
+      if (o_.stopAtAccuracy > 0 && 100.0 * lastEval_.accuracy >= o_.stopAtAccuracy) {
+        progress_.line(fmt::format("stopping: test accuracy {:.2f}% reached --stop-at-accuracy {:g}",
+                                   100.0 * lastEval_.accuracy, o_.stopAtAccuracy));
+        stop = true;
+      }
+    }
     saveCheckpoint(epoch, complete ? data::SamplerState{epoch + 1, 0} : loader_->state());
     if (!complete) break;
   }

@@ -33,6 +33,7 @@ TEST(TrainErrors, BadNumbers) {
   expectUsageError("--dataset synthetic --optimizer rmsprop", "sgd or adam");
   expectUsageError("--dataset synthetic --precision fp8", "fp32 or bf16");
   expectUsageError("--dataset synthetic --device-memory 12X", "memory size");
+  expectUsageError("--dataset synthetic --stop-at-accuracy 150", "--stop-at-accuracy 150");
 }
 
 TEST(TrainErrors, ImageTooSmallForAlexnet) {

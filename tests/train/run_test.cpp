@@ -1,6 +1,7 @@
 // run_test.cpp: real training jobs through `xspawn`: synthetic data and an IDX dataset written
 // by the test, the console output, determinism and N workers x b against 1 worker x N*b.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -67,6 +68,38 @@ TEST(TrainRun, Resnet18OnCifarFiles) {
   auto evals = metricLines(dir / "m.jsonl", "eval");
   ASSERT_EQ(evals.size(), 1u);
   EXPECT_EQ(evals[0]["count"].get<int>(), 30);
+  fs::remove_all(dir);
+}
+
+TEST(TrainRun, Resnet18LearnsCifarFormatData) {
+  // Seed 003's network, optimizer (SGD, momentum 0.9, weight decay 5e-4) and augmentation on
+  // generated CIFAR-10 binary files whose classes are striped patterns with noise. Kept short:
+  // 8x8 images and lr 0.02 (seed 003: 32x32, lr 0.1, 30 epochs); chance is 10%.
+  fs::path dir = freshDir("cifar-learns");
+  writeCifarDataset(dir / "data", 64, 200);
+  CommandResult r = runXspawn("--nprocs 2 -q train --model resnet18 --dataset cifar10 --data-dir " + (dir / "data").string() +
+                              " --image-size 8 --batch-size 16 --epochs 6 --lr 0.02 --eval-every 0 --metrics " +
+                              (dir / "m.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  auto evals = metricLines(dir / "m.jsonl", "eval");
+  ASSERT_EQ(evals.size(), 1u);
+  EXPECT_EQ(evals[0]["count"].get<int>(), 200);
+  const double accuracy = evals[0]["test_accuracy"].get<double>();
+  RecordProperty("test_accuracy", std::to_string(accuracy));
+  std::printf("resnet18, 60 steps on generated CIFAR-10 files: test accuracy %.2f%%\n", 100.0 * accuracy);
+  EXPECT_GT(accuracy, 0.3) << r.out;  // three times chance
+  fs::remove_all(dir);
+}
+
+TEST(TrainRun, StopsAtTheTargetAccuracy) {
+  fs::path dir = freshDir("stop");
+  CommandResult r = runXspawn("--nprocs 2 -q train " + kSmall + "--epochs 5 --stop-at-accuracy 50 --metrics " +
+                              (dir / "m.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("reached --stop-at-accuracy 50"), std::string::npos) << r.out;
+  auto evals = metricLines(dir / "m.jsonl", "eval");
+  ASSERT_EQ(evals.size(), 1u);  // the synthetic set is above 50% after the first epoch
+  EXPECT_GE(evals[0]["test_accuracy"].get<double>(), 0.5);
   fs::remove_all(dir);
 }
 

@@ -3,6 +3,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -48,19 +49,23 @@ void writeSplit(const fs::path& dir, const std::string& prefix, int count, std::
   }
 }
 
+// Class k: stripes 2 pixels wide, horizontal for k < 5 and vertical otherwise, in colour k % 5,
+// on a grey background, plus uniform noise of +-40: the class survives random crops and flips.
 void writeCifarBatch(const fs::path& file, int count, std::uint32_t seed) {
+  static const int kColours[5][3] = {{220, 40, 40}, {40, 220, 40}, {40, 40, 220}, {220, 220, 40}, {40, 220, 220}};
   std::mt19937 rng(seed);
   std::ofstream f(file, std::ios::binary);
   std::vector<unsigned char> rec(3073);
   for (int i = 0; i < count; ++i) {
     int label = static_cast<int>(rng() % 10);
     rec[0] = static_cast<unsigned char>(label);
+    const int* colour = kColours[label % 5];
     for (int c = 0; c < 3; ++c)
       for (int y = 0; y < 32; ++y)
         for (int x = 0; x < 32; ++x) {
-          bool square = y >= 8 && y < 24 && x >= 8 && x < 24;
-          int v = square ? 25 * label + 20 * c : 60;
-          rec[1 + c * 1024 + y * 32 + x] = static_cast<unsigned char>(v + static_cast<int>(rng() % 20));
+          bool stripe = ((label < 5 ? y : x) / 2) % 2 == 0;
+          int v = (stripe ? colour[c] : 110) + static_cast<int>(rng() % 81) - 40;
+          rec[1 + c * 1024 + y * 32 + x] = static_cast<unsigned char>(std::clamp(v, 0, 255));
         }
     f.write(reinterpret_cast<char*>(rec.data()), rec.size());
   }

@@ -27,7 +27,8 @@ std::filesystem::path freshDir(const std::string& name);
 void writeIdxDataset(const std::filesystem::path& dir, int trainCount, int testCount);
 
 // Writes CIFAR-10 binary batches (data_batch_1..5.bin with perBatch records each, test_batch.bin
-// with testCount) of learnable 32x32 RGB images: the class sets the colour of a square.
+// with testCount) of learnable 32x32 RGB images: the class sets the colour and the direction of
+// stripes, with noise.
 void writeCifarDataset(const std::filesystem::path& dir, int perBatch, int testCount);
 
 // The lines of a JSON-lines metrics file whose "event" is `event`.
