@@ -119,14 +119,8 @@ void Trainer::resume() {
   step_ = s.step;
   firstEpoch_ = s.sampler.epoch;
   loader_->restore(s.sampler);
-  if (o_.model == "alexnet" && step_ > 0) {
-    // Dropout masks are drawn from the model's step counter, which the engine keeps private:
-    // advance it with one-image forward passes so the resumed run draws the same masks.
-    std::vector<float> image(model_->inputShape().numel(), 0.f);
-    std::int32_t label = 0;
-    model_->setBatch(image.data(), &label, 1);
-    for (std::int64_t i = 0; i < step_; ++i) model_->forward(true);
-  }
+  // Dropout masks are drawn from (seed, training forwards so far): continue the sequence.
+  model_->setStep(static_cast<std::uint64_t>(step_));
   progress_.line(fmt::format("resumed from {} at step {} (epoch {}, {} images into it)", o_.resume, step_,
                              s.sampler.epoch + 1, s.sampler.position * world_));
 }

@@ -46,6 +46,23 @@ TEST(TrainCheckpoint, ResumeGivesTheUninterruptedWeights) {
   fs::remove_all(dir);
 }
 
+TEST(TrainCheckpoint, ResumeOfADropoutModelContinuesTheMaskSequence) {
+  // AlexNet's dropout masks come from (seed, step): a resumed run must draw the masks the
+  // uninterrupted run drew at the same steps, or the weights differ.
+  const std::string run = "--nprocs 2 -q train --model alexnet --image-size 63 --dataset synthetic --train-size 64 "
+                          "--test-size 16 --optimizer sgd --lr 0.01 --batch-size 4 --epochs 1 --eval-every 0 ";
+  fs::path dir = freshDir("resume-dropout");
+  CommandResult full = runXspawn(run + "--metrics " + (dir / "full.jsonl").string());
+  ASSERT_EQ(full.status, 0) << full.err;
+  fs::path ck = dir / "ck";
+  CommandResult part = runXspawn(run + "--max-steps 3 --checkpoint-dir " + ck.string());
+  ASSERT_EQ(part.status, 0) << part.err;
+  CommandResult rest = runXspawn(run + "--resume " + ck.string() + " --metrics " + (dir / "resumed.jsonl").string());
+  ASSERT_EQ(rest.status, 0) << rest.err;
+  EXPECT_EQ(summaryHash(dir / "resumed.jsonl"), summaryHash(dir / "full.jsonl"));
+  fs::remove_all(dir);
+}
+
 TEST(TrainCheckpoint, ResumeWithOtherWorldSizeIsAClearError) {
   fs::path dir = freshDir("resume-world");
   ASSERT_EQ(runXspawn(kRun + "--max-steps 3 --checkpoint-dir " + dir.string()).status, 0);
