@@ -12,6 +12,8 @@
 #   scripts/bench_train.sh                  # N = 2 and 8, batch 100, Adam 1e-3, up to 10 epochs
 #   NPROCS="2" EPOCHS=1 scripts/bench_train.sh
 #   KEEP=bench-out NPROCS=8 EPOCHS=3 SCALE_EPOCHS=0 scripts/bench_train.sh   # keep the raw files
+#   PRECISION=bf16 scripts/bench_train.sh   # xspawn's default for the convnet (the emulated
+#                                           # TPU's bf16 matrix unit) against PyTorch's fp32
 #
 # Needs a Release build in $BUILD (default build/) and Debian's python3-torch (/usr/bin/python3).
 set -euo pipefail
@@ -22,6 +24,7 @@ EPOCHS=${EPOCHS:-10}
 SCALE_EPOCHS=${SCALE_EPOCHS:-1}
 BATCH=${BATCH:-100}
 LR=${LR:-1e-3}
+PRECISION=${PRECISION:-fp32}
 TARGET=${TARGET:-0.90}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 PY=/usr/bin/python3
@@ -37,7 +40,7 @@ fi
 $PY -c 'import torch' 2>/dev/null || { echo "bench_train.sh: /usr/bin/python3 has no torch: apt-get install python3-torch" >&2; exit 1; }
 [ -f "$DATA/train-images-idx3-ubyte.gz" ] || { echo "bench_train.sh: Fashion-MNIST not in $DATA: apt-get install dataset-fashion-mnist" >&2; exit 1; }
 
-common="--model convnet --dataset fashion-mnist --data-dir $DATA --batch-size $BATCH --optimizer adam --lr $LR --lr-step 0 --precision fp32 --seed 1234"
+common="--model convnet --dataset fashion-mnist --data-dir $DATA --batch-size $BATCH --optimizer adam --lr $LR --lr-step 0 --precision $PRECISION --seed 1234"
 pct=$($PY -c "print($TARGET * 100)")
 echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); settings: $common, up to $EPOCHS epochs, stop at $pct%"
 if [ "$SCALE_EPOCHS" -gt 0 ]; then
