@@ -76,7 +76,9 @@ std::vector<std::string> summaryLines(const Summary& s) {
     const double other = std::max(0.0, wall - compute - reduce - wait);
     out.push_back(fmt::format("time share (all ranks): compute {:.1f}%, all-reduce {:.1f}%, waiting for data {:.1f}%, other {:.1f}%{}",
                               100 * compute / wall, 100 * reduce / wall, 100 * wait / wall, 100 * other / wall,
-                              s.zeroCopy ? " (gradients all-reduced in place in shared memory)" : ""));
+                              !s.zeroCopy        ? ""
+                              : s.acrossMachines ? " (gradients all-reduced in place in shared memory, then across machines)"
+                                                 : " (gradients all-reduced in place in shared memory)"));
   }
   out.push_back(fmt::format("weights identical on all {} ranks (FNV-1a 0x{:016x})", s.ranks.size(), s.weightsHash));
   return out;

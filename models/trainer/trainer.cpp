@@ -257,6 +257,7 @@ int Trainer::finish(double wallSeconds) {
   s.testLoss = lastEval_.loss;
   s.testCount = lastEval_.count;
   s.zeroCopy = sync_->zeroCopy();
+  s.acrossMachines = xs::local_world_size() < xs::world_size();
   s.weightsHash = hash;
   for (const std::string& line : summaryLines(s)) progress_.line(line);
   metrics({{"event", "summary"}, {"steps", s.steps}, {"images", s.images}, {"wall_seconds", s.wallSeconds},
