@@ -148,18 +148,21 @@ void* Collectives::sharedAlloc(std::size_t bytes) {
 
 void Collectives::broadcast(void* data, std::size_t count, DType type, int root,
                             const CollectiveOptions& options) {
-  if (acrossMachines()) return broadcastMachines(data, count, type, root, options);
-  if (root < 0 || root >= world_) {
-    XS_THROW(UsageError, fmt::format("broadcast: root {} is not a rank of this job (0-{})", root, world_ - 1));
+  const int world = acrossMachines() ? globalWorld_ : world_;
+  if (root < 0 || root >= world) {
+    XS_THROW(UsageError, fmt::format("broadcast: root {} is not a rank of this job (0-{})", root, world - 1));
   }
   const std::size_t es = dtypeSize(type), bytes = count * es;
   std::uint64_t offset = 0;
-  const bool zeroCopy = bytes > 0 && inHeap(data, bytes, &offset);
+  // Across machines a heap buffer goes through staging too (its offset is no concern there).
+  const bool zeroCopy = !acrossMachines() && bytes > 0 && inHeap(data, bytes, &offset);
   begin(OpKind::kBroadcast, options, Description("{}[{}] from {}", dtypeName(type), count, root).view(),
         (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ (static_cast<std::uint64_t>(root) << 40) ^
             (zeroCopy ? offset + 1 : 0) * 31);
   auto* d = static_cast<std::byte*>(data);
-  if (world_ > 1 && zeroCopy) {
+  if (acrossMachines()) {
+    broadcastChunks(d, bytes, root / world_, root % world_);
+  } else if (world_ > 1 && zeroCopy) {
     // Everyone reads the root's buffer straight out of the heap.
     sync();
     if (rank_ != root) std::memcpy(d, arena_.heap(root) + offset, bytes);
@@ -179,13 +182,14 @@ void Collectives::broadcast(void* data, std::size_t count, DType type, int root,
 
 void Collectives::allGather(const void* in, void* out, std::size_t count, DType type,
                             const CollectiveOptions& options) {
-  if (acrossMachines()) return allGatherMachines(in, out, count, type, options);
   const std::size_t es = dtypeSize(type);
   begin(OpKind::kAllGather, options, Description("{}[{}]", dtypeName(type), count).view(),
         (count << 8) ^ static_cast<std::uint64_t>(type));
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
-  if (world_ == 1) {
+  if (acrossMachines()) {
+    allGatherMachines(src, dst, count, es);
+  } else if (world_ == 1) {
     if (count) std::memmove(dst, src, count * es);
   } else {
     allGatherStaged(src, dst, count, es);
@@ -216,7 +220,6 @@ void Collectives::allGatherStaged(const std::byte* src, std::byte* dst, std::siz
 
 void Collectives::reduceScatter(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
                                 const CollectiveOptions& options) {
-  if (acrossMachines()) return reduceScatterMachines(in, out, count, type, op, options);
   const std::size_t es = dtypeSize(type);
   begin(OpKind::kReduceScatter, options,
         Description("{} {}[{}]", reduceOpName(op), dtypeName(type), count).view(),
@@ -224,7 +227,9 @@ void Collectives::reduceScatter(const void* in, void* out, std::size_t count, DT
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
   const Slice mine = slice_of(count, rank_, world_);
-  if (world_ == 1) {
+  if (acrossMachines()) {
+    reduceScatterMachines(src, dst, count, type, op);
+  } else if (world_ == 1) {
     if (count) scaleCopy(type, src, dst, count, 1);
   } else {
     stageChunks(src, count, es, [&](std::size_t at, std::size_t n, int par) {

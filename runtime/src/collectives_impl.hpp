@@ -85,16 +85,15 @@ class Collectives {
   // staging buffers; `in` is this rank's slice.
   void allGatherStaged(const std::byte* in, std::byte* out, std::size_t count, std::size_t es);
 
-  // Jobs spanning machines (hierarchical.cpp): each op does its part on this machine over
-  // shared memory and hands the cross-machine part to the launcher's proxy.
+  // Jobs spanning machines (hierarchical.cpp): the body of each op once it has been entered,
+  // its part on this machine over shared memory, the cross-machine part handed to the
+  // launcher's proxy. Roots and slices are global.
   bool acrossMachines() const { return machines_ > 1; }
   void allReduceMachines(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op,
                          bool zeroCopy, std::uint64_t offset);
-  void broadcastMachines(void* data, std::size_t count, DType type, int root, const CollectiveOptions& options);
   void broadcastChunks(std::byte* data, std::size_t bytes, int rootMachine, int rootRank);
-  void allGatherMachines(const void* in, void* out, std::size_t count, DType type, const CollectiveOptions& options);
-  void reduceScatterMachines(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
-                             const CollectiveOptions& options);
+  void allGatherMachines(const std::byte* in, std::byte* out, std::size_t count, std::size_t es);
+  void reduceScatterMachines(const std::byte* in, std::byte* out, std::size_t count, DType type, ReduceOp op);
 
   Context& context_;
   ControlPlane& control_;

@@ -19,8 +19,6 @@
 #include <optional>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "collectives_impl.hpp"
 #include "reduce_kernels.hpp"
 
@@ -123,23 +121,7 @@ void Collectives::broadcastChunks(std::byte* data, std::size_t bytes, int rootMa
   }
 }
 
-void Collectives::broadcastMachines(void* data, std::size_t count, DType type, int root,
-                                    const CollectiveOptions& options) {
-  if (root < 0 || root >= globalWorld_) {
-    XS_THROW(UsageError, fmt::format("broadcast: root {} is not a rank of this job (0-{})", root, globalWorld_ - 1));
-  }
-  begin(OpKind::kBroadcast, options, Description("{}[{}] from {}", dtypeName(type), count, root).view(),
-        (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ (static_cast<std::uint64_t>(root) << 40));
-  broadcastChunks(static_cast<std::byte*>(data), count * dtypeSize(type), root / world_, root % world_);
-  end();
-}
-
-void Collectives::allGatherMachines(const void* in, void* out, std::size_t count, DType type,
-                                    const CollectiveOptions& options) {
-  const std::size_t es = dtypeSize(type);
-  begin(OpKind::kAllGather, options, Description("{}[{}]", dtypeName(type), count).view(),
-        (count << 8) ^ static_cast<std::uint64_t>(type));
-  auto* dst = static_cast<std::byte*>(out);
+void Collectives::allGatherMachines(const std::byte* in, std::byte* dst, std::size_t count, std::size_t es) {
   // Machine m's block: the slices of global ranks m*N .. m*N+N-1, contiguous. Inside the
   // block, slice_of(block, k, N) is exactly global rank m*N+k's slice (sizes differ by one at
   // most, larger first), so the machine gathers its block like a job of its own.
@@ -149,25 +131,20 @@ void Collectives::allGatherMachines(const void* in, void* out, std::size_t count
     return Slice{first.first, last.first + last.size - first.first};
   };
   const Slice own = block(machine_->machine());
-  allGatherStaged(static_cast<const std::byte*>(in), dst + own.first * es, own.size, es);
+  allGatherStaged(in, dst + own.first * es, own.size, es);
   for (int m = 0; m < machines_; ++m) {
     const Slice b = block(m);
     broadcastChunks(dst + b.first * es, b.size * es, m, 0);
   }
-  end();
 }
 
-void Collectives::reduceScatterMachines(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
-                                        const CollectiveOptions& options) {
+void Collectives::reduceScatterMachines(const std::byte* in, std::byte* out, std::size_t count, DType type,
+                                        ReduceOp op) {
   const std::size_t es = dtypeSize(type);
-  begin(OpKind::kReduceScatter, options,
-        Description("{} {}[{}]", reduceOpName(op), dtypeName(type), count).view(),
-        (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ static_cast<std::uint64_t>(op));
   std::vector<std::byte> all(count * es);
-  if (count > 0) allReduceMachines(static_cast<const std::byte*>(in), all.data(), count, type, op, false, 0);
+  if (count > 0) allReduceMachines(in, all.data(), count, type, op, false, 0);
   const Slice mine = slice_of(count, globalRank_, globalWorld_);
   if (mine.size) std::memcpy(out, all.data() + mine.first * es, mine.size * es);
-  end();
 }
 
 }  // namespace xs::detail

@@ -29,6 +29,14 @@ struct Hello {
   char host[64];
 };
 
+MachineProxy::OpCheck opCheckOf(const MachineRequest& request) {
+  MachineProxy::OpCheck c{};
+  c.seq = request.opSeq;
+  c.hash = request.opHash;
+  std::memcpy(c.tag, request.opTag, sizeof c.tag);
+  c.tag[sizeof c.tag - 1] = '\0';
+  return c;
+}
 
 std::size_t pad8(std::size_t n) { return (n + 7) / 8 * 8; }
 
@@ -188,19 +196,6 @@ void MachineProxy::handshake() {
   }
   channel_.joined.store(1, std::memory_order_release);
 }
-
-namespace {
-
-MachineProxy::OpCheck opCheckOf(const MachineRequest& request) {
-  MachineProxy::OpCheck c{};
-  c.seq = request.opSeq;
-  c.hash = request.opHash;
-  std::memcpy(c.tag, request.opTag, sizeof c.tag);
-  c.tag[sizeof c.tag - 1] = '\0';
-  return c;
-}
-
-}  // namespace
 
 bool MachineProxy::verifyOps(const std::vector<OpCheck>& all, const OpCheck& mine) {
   for (const OpCheck& c : all) {

@@ -5,13 +5,14 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "machine_transport.hpp"
+#include "reduce_kernels.hpp"
 
 namespace xs::detail {
 namespace {
@@ -35,35 +36,13 @@ void check(int rc, const char* what) {
   throw std::runtime_error(std::string(what) + ": " + std::string(text, len));
 }
 
-// bfloat16 has no MPI type: its elements travel as 16-bit words and reduce through float32,
-// rounding to nearest even, as the shared-memory kernels do.
-float bfToFloat(std::uint16_t b) {
-  std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-std::uint16_t floatToBf(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-template <class F>
-void bfReduce(void* in, void* inout, int* len, F f) {
-  auto* a = static_cast<const std::uint16_t*>(in);
-  auto* b = static_cast<std::uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = floatToBf(f(bfToFloat(a[i]), bfToFloat(b[i])));
-}
-void bfSum(void* in, void* inout, int* len, MPI_Datatype*) {
-  bfReduce(in, inout, len, [](float x, float y) { return x + y; });
-}
-void bfMax(void* in, void* inout, int* len, MPI_Datatype*) {
-  bfReduce(in, inout, len, [](float x, float y) { return x > y || x != x ? x : y; });
-}
-void bfMin(void* in, void* inout, int* len, MPI_Datatype*) {
-  bfReduce(in, inout, len, [](float x, float y) { return x < y || x != x ? x : y; });
+// bfloat16 has no MPI type: its elements travel as 16-bit words and reduce with the
+// shared-memory kernels (float32 arithmetic, rounded to nearest even). inout = in op inout.
+template <ReduceOp kOp>
+void bfReduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const void* srcs[2] = {in, inout};
+  void* dsts[1] = {inout};
+  reduceInto(DType::kBFloat16, kOp, srcs, 2, dsts, 1, static_cast<std::size_t>(*len), 1);
 }
 
 class MpiTransport final : public MachineTransport {
@@ -80,9 +59,9 @@ class MpiTransport final : public MachineTransport {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    check(MPI_Op_create(bfSum, 1, &bfOps_[0]), "MPI_Op_create");
-    check(MPI_Op_create(bfMax, 1, &bfOps_[1]), "MPI_Op_create");
-    check(MPI_Op_create(bfMin, 1, &bfOps_[2]), "MPI_Op_create");
+    check(MPI_Op_create(bfReduce<ReduceOp::kSum>, 1, &bfOps_[0]), "MPI_Op_create");
+    check(MPI_Op_create(bfReduce<ReduceOp::kMax>, 1, &bfOps_[1]), "MPI_Op_create");
+    check(MPI_Op_create(bfReduce<ReduceOp::kMin>, 1, &bfOps_[2]), "MPI_Op_create");
     postNoticeReceive();
     joined_ = true;
   }

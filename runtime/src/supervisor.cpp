@@ -167,7 +167,7 @@ void Supervisor::prepare() {
     ch->bufferBytes = config.geometry.coll.machineBufferBytes;
   }
   output_ = std::make_unique<OutputForwarder>(world_, options_.tagOutput, options_.logDir, 20,
-                                              place_.machine * world_);
+                                              globalRank(0));
   cpus_ = allowedCpus();
   if (place_.machines > 1 && static_cast<int>(cpus_.size()) < std::min(world_, onlineCores())) {
     log_->warn("machine {}: {} binds this launcher to {} of {} CPUs, so its {} workers share them: start "
@@ -200,10 +200,10 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
     CPU_SET(cpu, &set);
     if (::sched_setaffinity(0, sizeof set, &set) != 0) childFail("cannot bind to core", std::strerror(errno));
   }
-  const int globalRank = place_.machine * world_ + rank;
-  ::setenv(kEnvRank, std::to_string(globalRank).c_str(), 1);
+  const int global = globalRank(rank);
+  ::setenv(kEnvRank, std::to_string(global).c_str(), 1);
   ::setenv(kEnvLocalRank, std::to_string(rank).c_str(), 1);
-  ::setenv(kEnvWorldSize, std::to_string(place_.machines * world_).c_str(), 1);
+  ::setenv(kEnvWorldSize, std::to_string(globalWorld()).c_str(), 1);
   ::setenv(kEnvLocalWorldSize, std::to_string(world_).c_str(), 1);
   ::setenv(kEnvJobId, jobId_.c_str(), 1);
   ::setenv(kEnvShm, segment_->name().c_str(), 1);
@@ -234,16 +234,16 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
     ::_exit(127);
   }
   WorkerPlace place;
-  place.rank = globalRank;
+  place.rank = global;
   place.localRank = rank;
-  place.worldSize = place_.machines * world_;
+  place.worldSize = globalWorld();
   place.localWorldSize = world_;
   place.cpu = cpu;
   place.jobId = jobId_;
   place.timeout = options_.timeout;
   place.waitMode = static_cast<WaitMode>(options_.waitPolicy);
   attachInherited(*segment_, place);
-  int code = runWorkerFunction(fn_, globalRank, options_.flags);
+  int code = runWorkerFunction(fn_, global, options_.flags);
   std::fflush(stdout);
   std::fflush(stderr);
   // The worker's process ends with its function; _exit, not exit: the parent's atexit
@@ -344,7 +344,7 @@ void Supervisor::onWorkerEnd(int r) {
   outcome.exitCode = w.exitCode;
   outcome.signal = w.signal;
   std::string text = place_.machines > 1
-                         ? fmt::format("rank {} (local rank {}, pid {}) {}", place_.machine * world_ + r, r, w.pid,
+                         ? fmt::format("rank {} (local rank {}, pid {}) {}", globalRank(r), r, w.pid,
                                        outcome.describeEnd())
                          : fmt::format("rank {} (pid {}) {}", r, w.pid, outcome.describeEnd());
   if (slot.errorKind.load(std::memory_order_acquire) != 0) text += ": " + slot.errorText.load();
@@ -510,7 +510,7 @@ JobReport Supervisor::buildReport() const {
     const Worker& w = workers_[r];
     const RankSlot& slot = segment_->slot(r);
     RankOutcome o;
-    o.rank = place_.machine * world_ + r;
+    o.rank = globalRank(r);
     o.localRank = r;
     o.pid = w.pid;
     o.started = w.pid > 0;

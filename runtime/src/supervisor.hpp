@@ -57,6 +57,9 @@ class Supervisor {
   void finish();
   JobReport buildReport() const;
   double elapsed() const;
+  // Local rank r's rank in the whole job, and the job's size (machines x N under mpirun).
+  int globalRank(int r) const { return place_.machine * world_ + r; }
+  int globalWorld() const { return place_.machines * world_; }
 
   SpawnOptions options_;
   WorkerFn fn_;
