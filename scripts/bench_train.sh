@@ -14,6 +14,7 @@
 #   KEEP=bench-out NPROCS=8 EPOCHS=3 SCALE_EPOCHS=0 scripts/bench_train.sh   # keep the raw files
 #   PRECISION=bf16 scripts/bench_train.sh   # xspawn's default for the convnet (the emulated
 #                                           # TPU's bf16 matrix unit) against PyTorch's fp32
+#   PRECISION=bf16 TORCH_PRECISION=bf16 scripts/bench_train.sh   # both in bf16 (torch.autocast)
 #
 # Needs a Release build in $BUILD (default build/) and Debian's python3-torch (/usr/bin/python3).
 set -euo pipefail
@@ -25,6 +26,7 @@ SCALE_EPOCHS=${SCALE_EPOCHS:-1}
 BATCH=${BATCH:-100}
 LR=${LR:-1e-3}
 PRECISION=${PRECISION:-fp32}
+TORCH_PRECISION=${TORCH_PRECISION:-fp32}
 TARGET=${TARGET:-0.90}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 PY=/usr/bin/python3
@@ -42,7 +44,7 @@ $PY -c 'import torch' 2>/dev/null || { echo "bench_train.sh: /usr/bin/python3 ha
 
 common="--model convnet --dataset fashion-mnist --data-dir $DATA --batch-size $BATCH --optimizer adam --lr $LR --lr-step 0 --precision $PRECISION --seed 1234"
 pct=$($PY -c "print($TARGET * 100)")
-echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); settings: $common, up to $EPOCHS epochs, stop at $pct%"
+echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); settings: $common, up to $EPOCHS epochs, stop at $pct%; PyTorch in $TORCH_PRECISION"
 if [ "$SCALE_EPOCHS" -gt 0 ]; then
   echo "xspawn, N=1 ($SCALE_EPOCHS epochs, for the scaling) ..." >&2
   "$BUILD/xspawn" --nprocs 1 -q train $common --epochs "$SCALE_EPOCHS" --metrics "$OUT/xspawn-1.jsonl" > "$OUT/xspawn-1.log"
@@ -56,7 +58,8 @@ done
 for n in $NPROCS; do
   echo "PyTorch DDP, N=$n ..." >&2
   $PY scripts/bench_train_torch.py --nprocs "$n" --batch-size "$BATCH" --optimizer adam --lr "$LR" \
-      --epochs "$EPOCHS" --target "$TARGET" --stop-at-target --data-dir "$DATA" > "$OUT/torch-$n.json"
+      --epochs "$EPOCHS" --target "$TARGET" --stop-at-target --precision "$TORCH_PRECISION" --data-dir "$DATA" \
+      > "$OUT/torch-$n.json"
   echo "load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done
 

@@ -74,11 +74,16 @@ std::vector<std::string> summaryLines(const Summary& s) {
                             1e3 * lo, 1e3 * sum / n, 1e3 * hi, 1e3 * fastest, 1e3 * slowest));
   if (wall > 0) {
     const double other = std::max(0.0, wall - compute - reduce - wait);
+    std::string how;
+    if (s.zeroCopy) {
+      how = s.acrossMachines ? "gradients all-reduced in place in shared memory, then across machines"
+                             : "gradients all-reduced in place in shared memory";
+      if (s.buckets > 1)
+        how += fmt::format(", in {} buckets during backward; all-reduce counts only the wait after it", s.buckets);
+      how = " (" + how + ")";
+    }
     out.push_back(fmt::format("time share (all ranks): compute {:.1f}%, all-reduce {:.1f}%, waiting for data {:.1f}%, other {:.1f}%{}",
-                              100 * compute / wall, 100 * reduce / wall, 100 * wait / wall, 100 * other / wall,
-                              !s.zeroCopy        ? ""
-                              : s.acrossMachines ? " (gradients all-reduced in place in shared memory, then across machines)"
-                                                 : " (gradients all-reduced in place in shared memory)"));
+                              100 * compute / wall, 100 * reduce / wall, 100 * wait / wall, 100 * other / wall, how));
   }
   out.push_back(fmt::format("weights identical on all {} ranks (FNV-1a 0x{:016x})", s.ranks.size(), s.weightsHash));
   return out;

@@ -60,6 +60,7 @@ struct Summary {
   std::int64_t testCount = 0;
   std::vector<RankStats> ranks;
   bool zeroCopy = false;
+  int buckets = 1;              // gradient all-reduces per step (> 1: bucketed during backward)
   bool acrossMachines = false;  // the job spans machines (mpirun): hierarchical all-reduce
   std::uint64_t weightsHash = 0;
 };

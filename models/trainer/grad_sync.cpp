@@ -1,22 +1,36 @@
 // grad_sync.cpp: binding the gradients to the shared heap and the step's all-reduce-mean.
 #include "grad_sync.hpp"
 
-#include <span>
+#include <cstdint>
 
 #include "plan.hpp"
+#include "train_error.hpp"
 #include "xspawn/collectives.hpp"
 #include "xspawn/xspawn.hpp"
 
 namespace xs::train {
 
-GradientSync::GradientSync(engine::Model& model) : model_(model), count_(model.gradientCount()) {
-  static_assert(kStatFloats == 16);
+GradientSync::GradientSync(engine::Model& model, std::size_t bucketBytes)
+    : model_(model), count_(model.gradientCount()) {
+  static_assert(kStatFloats * sizeof(float) == 64, "the gradients after the statistics stay 64-byte aligned");
   stats_ = local_;
-  if (xs::world_size() > 1) {
-    shared_ = static_cast<float*>(xs::shared_alloc((count_ + kStatFloats) * sizeof(float)));
-    model_.bindGradients(shared_, count_);
-    stats_ = shared_ + count_;
-  }
+  if (xs::world_size() == 1) return;
+  shared_ = static_cast<float*>(xs::shared_alloc((kStatFloats + count_) * sizeof(float)));
+  XS_TRAIN_CHECK(reinterpret_cast<std::uintptr_t>(shared_) % 64 == 0, "the shared heap returned an unaligned buffer");
+  stats_ = shared_;
+  model_.bindGradients(shared_ + kStatFloats, count_);
+  const std::size_t bucketFloats = bucketBytes / sizeof(float);
+  if (bucketFloats == 0 || bucketFloats >= count_) return;  // one all-reduce after backward
+  reducer_ = std::make_unique<BucketReducer>(shared_, kStatFloats + count_, kStatFloats, bucketFloats);
+  model_.setGradReadyHook([this](std::size_t offset, std::size_t count) { reducer_->ready(offset, count); });
+}
+
+GradientSync::~GradientSync() {
+  if (reducer_) model_.setGradReadyHook({});
+}
+
+void GradientSync::beginStep() {
+  if (reducer_) reducer_->begin();
 }
 
 void GradientSync::setStats(float loss, float correct) {
@@ -29,7 +43,10 @@ void GradientSync::allReduce() {
   if (!shared_) return;
   xs::CollectiveOptions opt;
   opt.tag = "gradients";
-  xs::all_reduce(shared_, shared_, count_ + kStatFloats, xs::DType::kFloat32, xs::ReduceOp::kMean, opt);
+  if (reducer_)
+    reducer_->finish();
+  else
+    xs::all_reduce(shared_, shared_, kStatFloats + count_, xs::DType::kFloat32, xs::ReduceOp::kMean, opt);
   engine::ParamStore& buffers = model_.buffers();
   if (buffers.size() > 0) {
     opt.tag = "running statistics";

@@ -66,7 +66,8 @@ po::options_description describeOptions() {
       ("stop-at-accuracy", po::value<double>(), "stop at the first evaluation with at least this test accuracy, in percent (0: never)")
       ("device-memory", po::value<std::string>(), "memory of each emulated core, e.g. 2G (default 4G)")
       ("prefetch", po::value<int>(), "batches the loader prepares ahead (default 2)")
-      ("loader-threads", po::value<int>(), "threads building batches in each worker (default 1)");
+      ("loader-threads", po::value<int>(), "threads building batches in each worker (default 1)")
+      ("bucket-mb", po::value<double>(), "all-reduce the gradients in buckets of this many MB (1e6 bytes) while backward still runs, as DDP's bucket_cap_mb (0: one all-reduce after backward; the default, measured faster here: docs/training.md)");
   return d;
 }
 
@@ -143,6 +144,7 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
   take(vm, "device-memory", o.deviceMemory);
   take(vm, "prefetch", o.prefetch);
   take(vm, "loader-threads", o.loaderThreads);
+  take(vm, "bucket-mb", o.bucketMb);
   std::string augment = "";
   take(vm, "augment", augment);
   XS_TRAIN_CHECK(augment.empty() || augment == "on" || augment == "off",
@@ -169,6 +171,8 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
   XS_TRAIN_CHECK(o.prefetch >= 1, fmt::format("--prefetch {}: must be at least 1", o.prefetch));
   XS_TRAIN_CHECK(o.loaderThreads >= 1 && o.loaderThreads <= 16,
                  fmt::format("--loader-threads {}: use 1 to 16", o.loaderThreads));
+  XS_TRAIN_CHECK(o.bucketMb >= 0 && o.bucketMb <= 4096,
+                 fmt::format("--bucket-mb {}: use 0 (one all-reduce after backward) up to 4096", o.bucketMb));
   XS_TRAIN_CHECK(o.imageSize >= 0, fmt::format("--image-size {}: must be positive", o.imageSize));
   return o;
 }

@@ -39,6 +39,7 @@ struct TrainOptions {
   std::string deviceMemory = "4G";
   int prefetch = 2;
   int loaderThreads = 1;
+  double bucketMb = 0;      // gradient buckets all-reduced during backward (0: one after it)
   bool plan = false;        // --plan: validate and print the shared-heap plan
   bool help = false;
 };

@@ -62,7 +62,7 @@ Trainer::Trainer(const TrainOptions& options)
   cfg.seed = o_.seed;
   model_ = std::make_unique<engine::Model>(*device_, cfg);
   optimizer_ = makeOptimizer(o_, *device_, model_->params().size());
-  sync_ = std::make_unique<GradientSync>(*model_);
+  sync_ = std::make_unique<GradientSync>(*model_, static_cast<std::size_t>(o_.bucketMb * 1e6));
 
   data::Transform trainT(trainTransform(o_, train_), train_.channels, train_.height, train_.width);
   testTransform_ = std::make_unique<data::Transform>(testTransform(o_, train_), test_.channels, test_.height, test_.width);
@@ -99,6 +99,7 @@ void Trainer::metrics(const nlohmann::json& line) {
 Trainer::Step Trainer::step(const data::Batch& b) {
   Step s;
   auto t0 = Clock::now();
+  sync_->beginStep();
   engine::StepResult r = model_->trainStep(b.images.data(), b.labels.data(), b.size);
   auto t1 = Clock::now();
   sync_->setStats(r.loss, static_cast<float>(r.correct));
@@ -257,6 +258,7 @@ int Trainer::finish(double wallSeconds) {
   s.testLoss = lastEval_.loss;
   s.testCount = lastEval_.count;
   s.zeroCopy = sync_->zeroCopy();
+  s.buckets = sync_->buckets();
   s.acrossMachines = xs::local_world_size() < xs::world_size();
   s.weightsHash = hash;
   for (const std::string& line : summaryLines(s)) progress_.line(line);

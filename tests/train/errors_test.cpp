@@ -34,6 +34,7 @@ TEST(TrainErrors, BadNumbers) {
   expectUsageError("--dataset synthetic --precision fp8", "fp32 or bf16");
   expectUsageError("--dataset synthetic --device-memory 12X", "memory size");
   expectUsageError("--dataset synthetic --stop-at-accuracy 150", "--stop-at-accuracy 150");
+  expectUsageError("--dataset synthetic --bucket-mb -2", "--bucket-mb -2");
 }
 
 TEST(TrainErrors, ImageTooSmallForAlexnet) {

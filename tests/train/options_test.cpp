@@ -47,6 +47,9 @@ TEST(TrainOptions, BadValuesThrow) {
   EXPECT_THROW(parseOptions({"--augment", "maybe"}), TrainError);
   EXPECT_THROW(parseOptions({"--stop-at-accuracy", "101"}), TrainError);
   EXPECT_THROW(parseOptions({"--stop-at-accuracy", "-1"}), TrainError);
+  EXPECT_THROW(parseOptions({"--bucket-mb", "-1"}), TrainError);
+  EXPECT_THROW(parseOptions({"--bucket-mb", "5000"}), TrainError);
+  EXPECT_DOUBLE_EQ(parseOptions({"--bucket-mb", "25"}).bucketMb, 25.0);
   EXPECT_DOUBLE_EQ(parseOptions({"--stop-at-accuracy", "90"}).stopAtAccuracy, 90.0);
   TrainOptions o = parseOptions({"--dataset", "cifar10"});
   EXPECT_THROW(resolveDefaults(o), TrainError);
