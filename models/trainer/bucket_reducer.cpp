@@ -17,6 +17,9 @@ BucketReducer::BucketReducer(float* base, std::size_t total, std::size_t gradOff
 }
 
 BucketReducer::~BucketReducer() {
+  // Also reached while an exception from the compute thread unwinds mid-backward: the thread
+  // first finishes the buckets already queued, which the other ranks reduce too (every rank
+  // queues the same ones), or fails them when the job aborts; so the join cannot wait forever.
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;

@@ -11,15 +11,16 @@ namespace xs::train {
 
 EvalResult evaluate(engine::Model& model, const data::Dataset& test, const data::Transform& transform,
                     int batchSize) {
-  const xs::Slice slice = xs::slice_of(static_cast<std::size_t>(test.size()), xs::get_ordinal(), xs::world_size());
+  const std::int64_t rank = xs::get_ordinal(), world = xs::world_size();
+  const std::int64_t share = (test.size() - rank + world - 1) / world;  // images rank, rank + world, ...
   const std::size_t per = transform.outSize();
   std::vector<float> images(per * static_cast<std::size_t>(batchSize));
   std::vector<std::int32_t> labels(static_cast<std::size_t>(batchSize));
-  double sums[3] = {0, 0, 0};  // correct, loss * images, images
-  for (std::size_t first = slice.first; first < slice.first + slice.size; first += batchSize) {
-    const int n = static_cast<int>(std::min<std::size_t>(batchSize, slice.first + slice.size - first));
+  double sums[5] = {0, 0, 0, 0, 0};  // correct, loss * images, images; rank 0's whole batches: correct, images
+  for (std::int64_t first = 0; first < share; first += batchSize) {
+    const int n = static_cast<int>(std::min<std::int64_t>(batchSize, share - first));
     for (int i = 0; i < n; ++i) {
-      const auto index = static_cast<std::int64_t>(first) + i;
+      const std::int64_t index = rank + (first + i) * world;
       data::SampleRng rng(0, 0, static_cast<std::uint64_t>(index));  // unused: no random steps
       transform.apply(test.image(index), images.data() + per * i, rng);
       labels[i] = test.labels[static_cast<std::size_t>(index)];
@@ -28,11 +29,14 @@ EvalResult evaluate(engine::Model& model, const data::Dataset& test, const data:
     sums[0] += r.correct;
     sums[1] += static_cast<double>(r.loss) * n;
     sums[2] += n;
+    if (rank == 0 && n == batchSize) sums[3] += r.correct, sums[4] += n;
   }
   xs::CollectiveOptions opt;
   opt.tag = "evaluation";
-  xs::all_reduce(sums, sums, 3, xs::DType::kFloat64, xs::ReduceOp::kSum, opt);
+  xs::all_reduce(sums, sums, 5, xs::DType::kFloat64, xs::ReduceOp::kSum, opt);
   EvalResult e;
+  e.masterCorrect = static_cast<std::int64_t>(sums[3]);
+  e.masterCount = static_cast<std::int64_t>(sums[4]);
   e.correct = static_cast<std::int64_t>(sums[0]);
   e.count = static_cast<std::int64_t>(sums[2]);
   e.accuracy = e.count > 0 ? sums[0] / sums[2] : 0;

@@ -146,7 +146,8 @@ EvalResult Trainer::evaluateAndReport(std::int64_t epoch) {
   progress_.line(fmt::format("epoch {}: test accuracy {:.2f}% ({}/{}), test loss {:.4f}", epoch + 1,
                              100.0 * lastEval_.accuracy, lastEval_.correct, lastEval_.count, lastEval_.loss));
   metrics({{"event", "eval"}, {"epoch", epoch + 1}, {"step", step_}, {"test_accuracy", lastEval_.accuracy},
-           {"test_loss", lastEval_.loss}, {"correct", lastEval_.correct}, {"count", lastEval_.count}});
+           {"test_loss", lastEval_.loss}, {"correct", lastEval_.correct}, {"count", lastEval_.count},
+           {"master_correct", lastEval_.masterCorrect}, {"master_count", lastEval_.masterCount}});
   return lastEval_;
 }
 

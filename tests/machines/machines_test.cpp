@@ -236,12 +236,13 @@ class MachinesTrainingTest : public MachinesTest {
     if (std::string(XSPAWN_TRAIN_BIN).empty()) GTEST_SKIP() << "the trainer (models and data) is not built";
   }
   // `xspawn --nprocs N train ...` on `machines` launchers (0: without mpirun); the summary.
-  nlohmann::json train(int machines, int nprocs) {
-    const std::string metrics = dir_.path + fmt::format("/m{}x{}.jsonl", machines, nprocs);
+  nlohmann::json train(int machines, int nprocs, const std::string& bucketMb = "0") {
+    const std::string metrics = dir_.path + fmt::format("/m{}x{}-b{}.jsonl", machines, nprocs, bucketMb);
     std::vector<std::string> argv = machines ? mpirunArgs(machines) : std::vector<std::string>{};
     argv = concat(argv, {XSPAWN_BIN, "--quiet", "--nprocs", std::to_string(nprocs), "train", "--model", "mlp",
                          "--dataset", "synthetic", "--train-size", "1024", "--test-size", "256", "--epochs", "2",
-                         "--batch-size", "16", "--precision", "fp32", "--seed", "11", "--metrics", metrics});
+                         "--batch-size", "16", "--precision", "fp32", "--seed", "11", "--bucket-mb", bucketMb,
+                         "--metrics", metrics});
     RunOptions o;
     o.timeoutSeconds = 180;
     RunResult r = runProcess(argv, o);
@@ -260,6 +261,13 @@ TEST_F(MachinesTrainingTest, TwoMachinesOfTwoTrainLikeOneMachineOfFour) {
   const double a = one["final_loss"], b = two["final_loss"];
   EXPECT_NEAR(a, b, 1e-5 * std::max(1.0, std::abs(a)));
   EXPECT_EQ(two["test_accuracy"], one["test_accuracy"]);
+}
+
+TEST_F(MachinesTrainingTest, GradientBucketsCrossMachinesToTheSameWeights) {
+  // --bucket-mb: each bucket is a hierarchical all-reduce posted by the communication thread.
+  nlohmann::json whole = train(2, 2), buckets = train(2, 2, "0.004");
+  ASSERT_TRUE(whole.is_object() && buckets.is_object());
+  EXPECT_EQ(buckets["weights_hash"], whole["weights_hash"]);
 }
 
 TEST_F(MachinesTrainingTest, TwoMachinesOfOneAreBitIdenticalToOneMachineOfTwo) {
