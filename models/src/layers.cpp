@@ -81,7 +81,7 @@ class Conv2d : public Module {
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     x_ = &x;
     g_.n = x.shape()[0];
-    g_.srcNhwc = x.layout() == Layout::kNhwc;
+    g_.srcNhwc = x.layout() == Layout::kNhwc || in_ == 1;  // one channel: the same bytes either way
     g_.dstNhwc = preferredLayout(ctx.dev) == Layout::kNhwc;
     y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
     y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);

@@ -32,6 +32,22 @@ ConvBackend parseConvBackend(const std::string& name) {
 ConvBackend convBackend() { return convSlot(); }
 void setConvBackend(ConvBackend b) { convSlot() = b; }
 
+namespace {
+bool& winogradSlot() {
+  static bool on = [] {
+    const char* env = std::getenv("XS_ENGINE_WINOGRAD");
+    if (!env || !*env) return true;
+    XS_CHECK(std::string(env) == "0" || std::string(env) == "1", ArgumentError,
+             "XS_ENGINE_WINOGRAD=" + std::string(env) + ": use 1 (Winograd backward passes) or 0 (direct)");
+    return std::string(env) == "1";
+  }();
+  return on;
+}
+}  // namespace
+
+bool convWinograd() { return winogradSlot(); }
+void setConvWinograd(bool on) { winogradSlot() = on; }
+
 LayoutPolicy parseLayoutPolicy(const std::string& name) {
   if (name == "auto") return LayoutPolicy::kAuto;
   if (name == "nchw") return LayoutPolicy::kNchw;
@@ -51,12 +67,8 @@ LayoutPolicy& layoutSlot() {
 
 void setLayoutPolicy(LayoutPolicy p) { layoutSlot() = p; }
 
-Layout preferredLayout(const Device& dev) {
-  switch (layoutSlot()) {
-    case LayoutPolicy::kNchw: return Layout::kNchw;
-    case LayoutPolicy::kNhwc: return Layout::kNhwc;
-    default: return dev.precision() == Precision::kBf16 ? Layout::kNhwc : Layout::kNchw;
-  }
+Layout preferredLayout(const Device&) {
+  return layoutSlot() == LayoutPolicy::kNchw ? Layout::kNchw : Layout::kNhwc;
 }
 
 namespace {

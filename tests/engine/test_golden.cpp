@@ -251,7 +251,20 @@ void checkModel(const std::string& name);
 
 class GoldenModels : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GoldenModels, ForwardBackwardAndOneStep) { checkModel(GetParam()); }
+// NCHW activations between the layers.
+TEST_P(GoldenModels, ForwardBackwardAndOneStep) {
+  LayoutScope nchw(LayoutPolicy::kNchw);
+  checkModel(GetParam());
+}
+
+// Every convolution pass direct (no Winograd backward passes in fp32).
+TEST_P(GoldenModels, DirectConvolutionsOnly) {
+  struct DirectScope {
+    DirectScope() { setConvWinograd(false); }
+    ~DirectScope() { setConvWinograd(true); }
+  } direct;
+  checkModel(GetParam());
+}
 
 // The same fp32 models with channels-last activations (bf16's layout) between the layers.
 TEST_P(GoldenModels, ChannelsLastForwardBackwardAndOneStep) {

@@ -41,14 +41,20 @@ const char* convBackendName(ConvBackend b);
 ConvBackend parseConvBackend(const std::string& name);
 ConvBackend convBackend();
 void setConvBackend(ConvBackend b);
+// With oneDNN in fp32, the backward passes of 3x3 stride-1 convolutions (16 or more input
+// channels) use Winograd primitives (docs/engine.md). Default on; $XS_ENGINE_WINOGRAD=0 or
+// setConvWinograd(false) keep every pass direct.
+bool convWinograd();
+void setConvWinograd(bool on);
 // With the oneDNN backend, a channels-last convolution of at most this many output pixels per
 // image runs as GEMMs over gathered patches instead (faster on small maps, docs/engine.md).
 // Default 16, or $XS_ENGINE_NHWC_GEMM_PIXELS; 0 turns it off.
 void setNhwcGemmMaxPixels(int pixels);
 
-// The layout the convolutions of dev want their activations in: NHWC for bf16 (the AMX and
-// AVX512-BF16 kernels read it directly), NCHW for fp32 (kAuto). $XS_ENGINE_LAYOUT (auto, nchw,
-// nhwc) or setLayoutPolicy choose one for every precision instead.
+// The layout the convolutions of dev want their activations in (kAuto): NHWC in both precisions.
+// The AMX and AVX512-BF16 kernels read it directly; in fp32 the primitives take NHWC as it is
+// instead of reordering to nChw16c (convnet 1.20x, AlexNet and ResNet-18 unchanged, LeNet-5
+// 0.92x: docs/engine.md). $XS_ENGINE_LAYOUT (auto, nchw, nhwc) or setLayoutPolicy choose one.
 enum class LayoutPolicy { kAuto, kNchw, kNhwc };
 LayoutPolicy parseLayoutPolicy(const std::string& name);
 void setLayoutPolicy(LayoutPolicy p);
