@@ -67,7 +67,7 @@ po::options_description describeOptions() {
       ("device-memory", po::value<std::string>(), "memory of each emulated core, e.g. 2G (default 4G)")
       ("prefetch", po::value<int>(), "batches the loader prepares ahead (default 2)")
       ("loader-threads", po::value<int>(), "threads building batches in each worker (default 1)")
-      ("bucket-mb", po::value<double>(), "all-reduce the gradients in buckets of this many MB (1e6 bytes) while backward still runs, as DDP's bucket_cap_mb (0: one all-reduce after backward; the default, measured faster here: docs/training.md)");
+      ("bucket-mb", po::value<double>(), "all-reduce the gradients in buckets of this many MB (1e6 bytes) while backward still runs, as DDP's bucket_cap_mb (0, the default: one all-reduce after backward; buckets measured no faster on one machine: docs/training.md)");
   return d;
 }
 

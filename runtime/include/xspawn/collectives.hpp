@@ -1,6 +1,10 @@
 // collectives.hpp: all_reduce, broadcast, all_gather and reduce_scatter among the ranks of a
 // job, over the job's shared memory; and shared_alloc, for tensors the collectives can reduce
 // without copying them in or out.
+//
+// Threads: a rank may call them from any thread (e.g. a communication thread reducing gradient
+// buckets while the main thread runs backward), one call at a time per rank, with the hand-over
+// between threads ordered by the caller (a mutex or a join).
 #pragma once
 
 #include <chrono>
