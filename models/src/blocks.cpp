@@ -19,6 +19,10 @@ Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& i
     first = false;
     s = m->build(s, prefix.empty() ? name : prefix + "." + name, info);
   }
+  // ReLU then max-pool: the pool does both (saves the ReLU's two full passes over the map).
+  for (std::size_t i = 0; i + 1 < children_.size(); ++i)
+    if (children_[i].second->isRelu() && children_[i + 1].second->absorbReluBefore())
+      children_[i].second->passThrough();
   return s;
 }
 

@@ -114,6 +114,7 @@ class Pool2d : public Module {
  public:
   enum Kind { kMax, kAvg, kAdaptive };
   Pool2d(Kind kind, int a, int b, int pad) : kind_(kind), a_(a), b_(b), pad_(pad) {}
+  bool absorbReluBefore() override { return reluBefore_ = kind_ == kMax; }
   Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
     expectChw(in, prefix + ": pooling");
     if (kind_ == kAdaptive) {
@@ -147,6 +148,7 @@ class Pool2d : public Module {
     } else {
       argmax_.ensure(ctx.dev, out, "max-pool indices");
       maxPool2dForward(y_.data(), reinterpret_cast<std::int32_t*>(argmax_.data()), x.data(), g_);
+      if (reluBefore_) reluForward(y_.data(), y_.data(), y_.numel());  // max(relu(x)) = relu(max(x))
     }
     return y_;
   }
@@ -160,7 +162,8 @@ class Pool2d : public Module {
     else if (kind_ == kAvg)
       avgPool2dBackward(dx.data(), dy.data(), g_);
     else
-      maxPool2dBackward(dx.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_);
+      maxPool2dBackward(dx.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_,
+                        reluBefore_ ? y_.data() : nullptr);
     if (nhwc) {
       dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
       dx_.setLayout(Layout::kNhwc);
@@ -180,6 +183,7 @@ class Pool2d : public Module {
 
   Kind kind_;
   int a_, b_, pad_;
+  bool reluBefore_ = false;  // the ReLU before it is fused in (Sequential::build)
   PoolGeom g_{};
   Tensor argmax_, staged_;
 };
@@ -187,18 +191,25 @@ class Pool2d : public Module {
 class Relu : public Module {
  public:
   Shape build(const Shape& in, const std::string&, BuildInfo&) override { return in; }
+  bool isRelu() const override { return true; }
+  void passThrough() override { passThrough_ = true; }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
+    if (passThrough_) return x;  // the max-pool after it applies the ReLU
     y_.ensure(ctx.dev, x.shape(), "activations");
     y_.setLayout(x.layout());
     reluForward(y_.data(), x.data(), x.numel());
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    if (passThrough_) return dy;  // the max-pool already kept only the positive positions
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
     dx_.setLayout(dy.layout());
     reluBackward(dx_.data(), dy.data(), y_.data(), dy.numel());
     return dx_;
   }
+
+ private:
+  bool passThrough_ = false;
 };
 
 class Dropout : public Module {

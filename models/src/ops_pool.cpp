@@ -9,7 +9,8 @@
 namespace xs::engine {
 namespace detail {
 void maxPoolNhwcForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g);
-void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g);
+void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
+                         const float* relu);
 }  // namespace detail
 
 namespace {
@@ -131,16 +132,18 @@ void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const Pool
   }
 }
 
-void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g) {
+void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
+                       const float* relu) {
   if (g.nhwc) {
-    detail::maxPoolNhwcBackward(dx, dy, argmax, g);
+    detail::maxPoolNhwcBackward(dx, dy, argmax, g, relu);
     return;
   }
   const std::size_t plane = static_cast<std::size_t>(g.oh()) * g.ow();
   std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.c * g.h * g.w * sizeof(float));
   for (std::size_t pl = 0; pl < static_cast<std::size_t>(g.n) * g.c; ++pl) {
     float* d = dx + pl * g.h * g.w;
-    for (std::size_t i = 0; i < plane; ++i) d[argmax[pl * plane + i]] += dy[pl * plane + i];
+    for (std::size_t i = 0, o = pl * plane; i < plane; ++i, ++o)
+      if (!relu || relu[o] > 0.f) d[argmax[o]] += dy[o];
   }
 }
 

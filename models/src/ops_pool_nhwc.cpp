@@ -38,14 +38,20 @@ void maxPoolNhwcForward(float* y, std::int32_t* argmax, const float* x, const Po
       }
 }
 
-void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g) {
+void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
+                         const float* relu) {
   const std::size_t plane = static_cast<std::size_t>(g.oh()) * g.ow(), c = g.c;
   std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.h * g.w * c * sizeof(float));
   for (int n = 0; n < g.n; ++n) {
     float* d = dx + static_cast<std::size_t>(n) * g.h * g.w * c;
     for (std::size_t p = 0; p < plane; ++p) {
       const std::size_t o = (static_cast<std::size_t>(n) * plane + p) * c;
-      for (std::size_t k = 0; k < c; ++k) d[static_cast<std::size_t>(argmax[o + k]) * c + k] += dy[o + k];
+      if (relu) {  // the fused ReLU's backward: only where the pooled output is positive
+        for (std::size_t k = 0; k < c; ++k)
+          d[static_cast<std::size_t>(argmax[o + k]) * c + k] += relu[o + k] > 0.f ? dy[o + k] : 0.f;
+      } else {
+        for (std::size_t k = 0; k < c; ++k) d[static_cast<std::size_t>(argmax[o + k]) * c + k] += dy[o + k];
+      }
     }
   }
 }

@@ -98,6 +98,30 @@ TEST(GradCheck, MaxPool) {
   expectGradient("max-pool dx", x, dx, r, fwd, 1e-4f, 2e-2);
 }
 
+// ReLU then max-pool in one op (as Sequential fuses them): relu(max(x)) forward, and the
+// backward's mask gives the same bits as max-pool's backward followed by the ReLU's, in both
+// layouts, overlapping windows included.
+TEST(GradCheck, ReluFusedIntoMaxPool) {
+  for (bool nhwc : {false, true}) {
+    PoolGeom g{2, 3, 6, 7, 3, 2, 1};
+    g.nhwc = nhwc;
+    auto x = pattern(g.n * g.c * g.h * g.w, 14);  // about half of it negative
+    const std::size_t ny = static_cast<std::size_t>(g.n) * g.c * g.oh() * g.ow();
+    auto r = pattern(ny, 15);
+    std::vector<float> rx(x.size()), y(ny), yFused(ny), dPool(x.size()), dSeparate(x.size()), dFused(x.size());
+    std::vector<std::int32_t> am(ny), amFused(ny);
+    reluForward(rx.data(), x.data(), x.size());
+    maxPool2dForward(y.data(), am.data(), rx.data(), g);
+    maxPool2dBackward(dPool.data(), r.data(), am.data(), g);
+    reluBackward(dSeparate.data(), dPool.data(), rx.data(), x.size());
+    maxPool2dForward(yFused.data(), amFused.data(), x.data(), g);
+    reluForward(yFused.data(), yFused.data(), ny);
+    maxPool2dBackward(dFused.data(), r.data(), amFused.data(), g, yFused.data());
+    EXPECT_EQ(0, std::memcmp(y.data(), yFused.data(), ny * sizeof(float))) << (nhwc ? "nhwc" : "nchw");
+    EXPECT_EQ(0, std::memcmp(dSeparate.data(), dFused.data(), x.size() * sizeof(float))) << (nhwc ? "nhwc" : "nchw");
+  }
+}
+
 TEST(GradCheck, AvgPool) {
   PoolGeom g{2, 2, 7, 6, 3, 2, 1};
   auto x = pattern(g.n * g.c * g.h * g.w, 14);

@@ -81,8 +81,10 @@ struct PoolGeom {
 };
 // x [n, c, h, w] -> y [n, c, oh, ow], argmax [n, c, oh, ow] (index into the h*w plane)
 void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g);
-// dy [n, c, oh, ow] -> dx [n, c, h, w]
-void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g);
+// dy [n, c, oh, ow] -> dx [n, c, h, w]. With relu (the forward's y after a fused ReLU, same
+// shape as dy), the gradient goes only where y > 0: the ReLU's backward folded in.
+void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
+                       const float* relu = nullptr);
 // x [n, c, h, w] -> y [n, c, oh, ow]; padding counts in the divisor (PyTorch's default)
 void avgPool2dForward(float* y, const float* x, const PoolGeom& g);
 void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g);
