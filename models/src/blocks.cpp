@@ -21,8 +21,7 @@ Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& i
   }
   // ReLU then max-pool: the pool does both (saves the ReLU's two full passes over the map).
   for (std::size_t i = 0; i + 1 < children_.size(); ++i)
-    if (children_[i].second->isRelu() && children_[i + 1].second->absorbReluBefore())
-      children_[i].second->passThrough();
+    children_[i].second->fuseWithNext(*children_[i + 1].second);
   return s;
 }
 

@@ -95,7 +95,7 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   // reorders to and from nChw16c that `any` would pick (convnet fp32: 1.20x the step).
   const bool nspc = act == dt::f32 && g.srcNhwc && g.dstNhwc;
   const tag actTag = nspc ? tag::nhwc : tag::any;
-  memory::desc srcAny(srcD, act, actTag), weiAny(weiD, act, tag::any), dstAny(dstD, dt::f32, actTag);
+  memory::desc srcFwd(srcD, act, actTag), weiAny(weiD, act, tag::any), dstFwd(dstD, dt::f32, actTag);
   memory::desc diffWeiAny(weiD, dt::f32, tag::any), biasMd({g.oc}, dt::f32, tag::a);
   // The backward passes of fp32 3x3 stride-1 convolutions with at least 16 input channels run
   // on oneDNN's Winograd F(4x4, 3x3) primitives (blocked layouts inside): 2.25x fewer
@@ -111,10 +111,10 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   // Scratchpads come from the device arena instead of per-call heap allocations.
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  auto fd = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct, srcAny, weiAny,
-                                                   biasMd, dstAny, strides, pad, pad)
-                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct, srcAny, weiAny,
-                                                   dstAny, strides, pad, pad);
+  auto fd = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct, srcFwd, weiAny,
+                                                   biasMd, dstFwd, strides, pad, pad)
+                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct, srcFwd, weiAny,
+                                                   dstFwd, strides, pad, pad);
   dnnl::convolution_forward::primitive_desc fpd(fd, attr, eng);
   dnnl::convolution_backward_data::primitive_desc dpd(
       dnnl::convolution_backward_data::desc(back, bDiffSrc, weiAny, bDiffDst, strides, pad, pad), attr, eng, fpd);
@@ -148,14 +148,15 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
 
 // The cached primitives of this geometry, or null when oneDNN has none for it.
 Entry* entry(Device& dev, const ConvGeom& g, bool bias) {
+  const bool winograd = convWinograd();
   Key k{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad, bias, dev.precision() == Precision::kBf16,
-        g.srcNhwc, g.dstNhwc, g.dyBf16, convWinograd()};
+        g.srcNhwc, g.dstNhwc, g.dyBf16, winograd};
   auto& c = cache(dev);
   auto it = c.find(k);
   if (it == c.end()) {
     std::unique_ptr<Entry> e;
     try {
-      e = build(dev, g, bias, std::get<14>(k));
+      e = build(dev, g, bias, winograd);
     } catch (const dnnl::error&) {
       e = nullptr;  // the caller falls back to im2col + GEMM
     }

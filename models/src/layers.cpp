@@ -191,8 +191,7 @@ class Pool2d : public Module {
 class Relu : public Module {
  public:
   Shape build(const Shape& in, const std::string&, BuildInfo&) override { return in; }
-  bool isRelu() const override { return true; }
-  void passThrough() override { passThrough_ = true; }
+  void fuseWithNext(Module& next) override { passThrough_ = next.absorbReluBefore(); }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     if (passThrough_) return x;  // the max-pool after it applies the ReLU
     y_.ensure(ctx.dev, x.shape(), "activations");

@@ -1,5 +1,6 @@
 // evaluate.hpp: evaluation over the whole test set split across ranks (rank r takes images r,
-// r + N, r + 2N, ... as PyTorch's DistributedSampler(shuffle=False); counts summed by all-reduce), and the replica check (hash of the flat weights on every rank).
+// r + N, r + 2N, ... as PyTorch's DistributedSampler(shuffle=False); counts summed by
+// all-reduce), and the replica check (hash of the flat weights on every rank).
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,7 @@
 // grad_sync.cpp: binding the gradients to the shared heap and the step's all-reduce-mean.
 #include "grad_sync.hpp"
 
-#include <cstdint>
-
 #include "plan.hpp"
-#include "train_error.hpp"
 #include "xspawn/collectives.hpp"
 #include "xspawn/xspawn.hpp"
 
@@ -16,7 +13,6 @@ GradientSync::GradientSync(engine::Model& model, std::size_t bucketBytes)
   stats_ = local_;
   if (xs::world_size() == 1) return;
   shared_ = static_cast<float*>(xs::shared_alloc((kStatFloats + count_) * sizeof(float)));
-  XS_TRAIN_CHECK(reinterpret_cast<std::uintptr_t>(shared_) % 64 == 0, "the shared heap returned an unaligned buffer");
   stats_ = shared_;
   model_.bindGradients(shared_ + kStatFloats, count_);
   const std::size_t bucketFloats = bucketBytes / sizeof(float);

@@ -45,12 +45,12 @@ class Module {
   virtual const Tensor& forward(const Tensor& x, Context& ctx) = 0;
   virtual const Tensor& backward(const Tensor& dy, Context& ctx) = 0;
   void setNeedInputGrad(bool v) { needInputGrad_ = v; }
-  // Fusion of a ReLU into the module after it (Sequential::build): the next module asks to
-  // take over the ReLU's work (max-pool: relu(max(x)) = max(relu(x)), and its gradient goes
-  // only where the pooled value is positive); the ReLU then passes x and dy through.
+  // Fusion of a ReLU into the module after it (Sequential::build calls fuseWithNext on each
+  // module): a ReLU asks `next` to take over its work (absorbReluBefore: max-pool, as
+  // relu(max(x)) = max(relu(x)) and its gradient goes only where the pooled value is positive);
+  // if it does, the ReLU passes x and dy through.
+  virtual void fuseWithNext(Module&) {}
   virtual bool absorbReluBefore() { return false; }
-  virtual bool isRelu() const { return false; }
-  virtual void passThrough() {}
 
  protected:
   Tensor y_, dx_;
