@@ -1,5 +1,6 @@
 // ops_pool_nhwc.cpp: max-pool on channels-last activations [n, h, w, c], vectorised along the
-// contiguous channels; same window scan order and tie rule as the NCHW kernels (PyTorch's).
+// contiguous channels; same window scan order and tie rule as the NCHW kernels (PyTorch's), and
+// the same bits.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -8,38 +9,107 @@
 
 namespace xs::engine::detail {
 
+namespace {
+
+constexpr int kBlock = 16;  // channels whose best value and index stay in registers
+
+// Channels [0, L) of the window [y0, y1) x [x0, x1) of one image (rows of w pixels of c
+// channels): the best value and its plane index. With L fixed, the running best lives in
+// registers across the window; a later value wins if greater or NaN.
+template <int L>
+[[gnu::always_inline]] inline void windowMax(float* y, std::int32_t* argmax, const float* img, int c, int w,
+                                             int y0, int y1, int x0, int x1) {
+  float best[L];
+  std::int32_t at[L];
+  for (int k = 0; k < L; ++k) best[k] = -std::numeric_limits<float>::infinity(), at[k] = y0 * w + x0;
+  for (int iy = y0; iy < y1; ++iy)
+    for (int ix = x0; ix < x1; ++ix) {
+      const std::int32_t here = iy * w + ix;
+      const float* p = img + static_cast<std::size_t>(here) * c;
+#pragma omp simd
+      for (int k = 0; k < L; ++k) {
+        const bool take = (p[k] > best[k]) | (p[k] != p[k]);
+        best[k] = take ? p[k] : best[k];
+        at[k] = take ? here : at[k];
+      }
+    }
+  // Whole-block copies: element-wise stores from the spilled block stall on store forwarding.
+  std::memcpy(y, best, sizeof best);
+  std::memcpy(argmax, at, sizeof at);
+}
+
+}  // namespace
+
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void maxPoolNhwcForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g) {
+  // x [n, h, w, c] -> y, argmax [n, oh, ow, c]
   const int oh = g.oh(), ow = g.ow(), c = g.c;
-  for (int n = 0; n < g.n; ++n)
+  for (int n = 0; n < g.n; ++n) {
+    const float* img = x + static_cast<std::size_t>(n) * g.h * g.w * c;
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
         const std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
-        float* best = y + o;
-        std::int32_t* bi = argmax + o;
-        int y0 = oy * g.stride - g.pad, x0 = ox * g.stride - g.pad;
-        const int y1 = std::min(y0 + g.k, g.h), x1 = std::min(x0 + g.k, g.w);
-        y0 = std::max(y0, 0);
-        x0 = std::max(x0, 0);
-        const std::int32_t first = y0 * g.w + x0;
-        for (int k = 0; k < c; ++k) best[k] = -std::numeric_limits<float>::infinity(), bi[k] = first;
-        for (int iy = y0; iy < y1; ++iy)
-          for (int ix = x0; ix < x1; ++ix) {
-            const std::int32_t at = iy * g.w + ix;
-            const float* p = x + (static_cast<std::size_t>(n) * g.h * g.w + at) * c;
-#pragma omp simd
-            for (int k = 0; k < c; ++k) {  // a later value wins if greater or NaN
-              const float v = p[k], b = best[k];
-              const bool take = (v > b) | (v != v);
-              best[k] = take ? v : b;
-              bi[k] = take ? at : bi[k];
-            }
-          }
+        const int y0 = std::max(oy * g.stride - g.pad, 0), y1 = std::min(oy * g.stride - g.pad + g.k, g.h);
+        const int x0 = std::max(ox * g.stride - g.pad, 0), x1 = std::min(ox * g.stride - g.pad + g.k, g.w);
+        int k0 = 0;
+        for (; k0 + kBlock <= c; k0 += kBlock)
+          windowMax<kBlock>(y + o + k0, argmax + o + k0, img + k0, c, g.w, y0, y1, x0, x1);
+        for (; k0 < c; ++k0) windowMax<1>(y + o + k0, argmax + o + k0, img + k0, c, g.w, y0, y1, x0, x1);
       }
+  }
 }
 
-void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
-                         const float* relu) {
+namespace {
+
+// Channels [0, L) of window (oy, ox) when windows tile the input (k == stride, no padding): each
+// of its k x k pixels gets dy where the window picked it (with relu, only if the pooled output is
+// positive), +0 elsewhere. Written as 0 + dy, the bits are those of a scatter into zeros (which
+// turns a -0 gradient into +0).
+template <int L, bool kRelu>
+[[gnu::always_inline]] inline void tileGrad(float* dxImg, const float* dy, const std::int32_t* argmax,
+                                            const float* relu, int c, int w, int k, int oy, int ox) {
+  float grad[L];
+  std::int32_t at[L];
+#pragma omp simd
+  for (int j = 0; j < L; ++j) {
+    grad[j] = !kRelu || relu[j] > 0.f ? 0.f + dy[j] : 0.f;
+    at[j] = argmax[j];
+  }
+  for (int wy = 0; wy < k; ++wy)
+    for (int wx = 0; wx < k; ++wx) {
+      const std::int32_t here = (oy * k + wy) * w + ox * k + wx;
+      float* d = dxImg + static_cast<std::size_t>(here) * c;
+#pragma omp simd
+      for (int j = 0; j < L; ++j) d[j] = at[j] == here ? grad[j] : 0.f;
+    }
+}
+
+template <bool kRelu>
+[[gnu::always_inline]] inline void tiledGrad(float* dx, const float* dy, const std::int32_t* argmax,
+                                             const float* relu, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::size_t inPlane = static_cast<std::size_t>(g.h) * g.w * c;
+  for (int n = 0; n < g.n; ++n) {
+    float* img = dx + n * inPlane;
+    // Rows and columns past the last whole window belong to none: zero.
+    for (int iy = 0; iy < g.h; ++iy)
+      for (int ix = iy < oh * g.k ? ow * g.k : 0; ix < g.w; ++ix)
+        std::memset(img + (static_cast<std::size_t>(iy) * g.w + ix) * c, 0, c * sizeof(float));
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
+        const float* r = kRelu ? relu + o : nullptr;
+        int j = 0;
+        for (; j + kBlock <= c; j += kBlock)
+          tileGrad<kBlock, kRelu>(img + j, dy + o + j, argmax + o + j, kRelu ? r + j : nullptr, c, g.w, g.k, oy, ox);
+        for (; j < c; ++j)
+          tileGrad<1, kRelu>(img + j, dy + o + j, argmax + o + j, kRelu ? r + j : nullptr, c, g.w, g.k, oy, ox);
+      }
+  }
+}
+
+// Overlapping or padded windows: zeros, then each window's dy added where it picked.
+void scatterGrad(float* dx, const float* dy, const std::int32_t* argmax, const float* relu, const PoolGeom& g) {
   const std::size_t plane = static_cast<std::size_t>(g.oh()) * g.ow(), c = g.c;
   std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.h * g.w * c * sizeof(float));
   for (int n = 0; n < g.n; ++n) {
@@ -54,6 +124,20 @@ void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax,
       }
     }
   }
+}
+
+}  // namespace
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
+                         const float* relu) {
+  // dy, argmax (and relu) [n, oh, ow, c] -> dx [n, h, w, c]
+  if (g.k != g.stride || g.pad != 0)
+    scatterGrad(dx, dy, argmax, relu, g);
+  else if (relu)
+    tiledGrad<true>(dx, dy, argmax, relu, g);
+  else
+    tiledGrad<false>(dx, dy, argmax, nullptr, g);
 }
 
 }  // namespace xs::engine::detail

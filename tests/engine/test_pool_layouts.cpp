@@ -1,0 +1,87 @@
+// test_pool_layouts.cpp: the channels-last max-pool kernels give the same bits as the NCHW ones
+// (PyTorch's scan order and tie rule): values, indices and gradients, with and without the fused
+// ReLU, over window shapes that overlap, pad, leave pixels uncovered and split channel blocks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "xspawn/engine/ops.hpp"
+
+using namespace xs::engine;
+
+namespace {
+
+// Small integers, so that windows hold ties; a NaN now and then.
+std::vector<float> ties(std::size_t n, unsigned seed, bool nan) {
+  std::vector<float> v(n);
+  unsigned s = seed * 2654435761u + 1;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(static_cast<int>(s >> 28) - 8);
+  }
+  if (nan) v[n / 3] = v[n / 2] = std::numeric_limits<float>::quiet_NaN();
+  return v;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct Case {
+  int c, h, w, k, stride, pad;
+};
+
+}  // namespace
+
+TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
+  const Case cases[] = {
+      {32, 26, 26, 2, 2, 0},  // the convnet's pools
+      {64, 11, 11, 2, 1, 0},  // overlapping
+      {128, 8, 8, 2, 2, 0},
+      {35, 9, 7, 3, 2, 1},    // padded; 2 blocks of 16 and a tail of 3
+      {3, 7, 8, 3, 3, 0},     // the last row and column in no window
+      {16, 5, 5, 3, 1, 1},
+      {17, 13, 13, 3, 2, 0},  // AlexNet's shape
+  };
+  for (const Case& cs : cases)
+    for (bool nan : {false, true})
+      for (bool fused : {false, true}) {
+        PoolGeom g{2, cs.c, cs.h, cs.w, cs.k, cs.stride, cs.pad};
+        const int hw = g.h * g.w, ohw = g.oh() * g.ow();
+        const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * hw, ny = static_cast<std::size_t>(g.n) * g.c * ohw;
+        auto x = ties(nx, static_cast<unsigned>(cs.c + cs.k), nan);
+        auto dy = ties(ny, static_cast<unsigned>(cs.h), false);
+        for (std::size_t i = 0; i < ny; i += 5) dy[i] = -0.f;  // a scatter into zeros makes these +0
+        // NCHW reference
+        std::vector<float> y(ny), dx(nx);
+        std::vector<std::int32_t> am(ny);
+        maxPool2dForward(y.data(), am.data(), x.data(), g);
+        if (fused) reluForward(y.data(), y.data(), ny);
+        maxPool2dBackward(dx.data(), dy.data(), am.data(), g, fused ? y.data() : nullptr);
+        // channels last
+        PoolGeom gl = g;
+        gl.nhwc = true;
+        std::vector<float> xl(nx), dyl(ny), yl(ny), dxl(nx, 7.f), back(nx), backY(ny);
+        std::vector<std::int32_t> aml(ny), amBack(ny);
+        nchwToNhwc(xl.data(), x.data(), g.n, g.c, hw);
+        nchwToNhwc(dyl.data(), dy.data(), g.n, g.c, ohw);
+        maxPool2dForward(yl.data(), aml.data(), xl.data(), gl);
+        if (fused) reluForward(yl.data(), yl.data(), ny);
+        maxPool2dBackward(dxl.data(), dyl.data(), aml.data(), gl, fused ? yl.data() : nullptr);
+        nhwcToNchw(backY.data(), yl.data(), g.n, g.c, ohw);
+        nhwcToNchw(back.data(), dxl.data(), g.n, g.c, hw);
+        for (int n = 0; n < g.n; ++n)  // indices: transpose by hand (int32)
+          for (int p = 0; p < ohw; ++p)
+            for (int ch = 0; ch < g.c; ++ch)
+              amBack[(static_cast<std::size_t>(n) * g.c + ch) * ohw + p] = aml[(static_cast<std::size_t>(n) * ohw + p) * g.c + ch];
+        const std::string what = "c" + std::to_string(cs.c) + " " + std::to_string(cs.h) + "x" + std::to_string(cs.w) +
+                                 " k" + std::to_string(cs.k) + " s" + std::to_string(cs.stride) + " p" +
+                                 std::to_string(cs.pad) + (nan ? " nan" : "") + (fused ? " relu" : "");
+        EXPECT_TRUE(sameBits(y, backY)) << what << ": pooled values";
+        EXPECT_EQ(am, amBack) << what << ": indices";
+        EXPECT_TRUE(sameBits(dx, back)) << what << ": gradient";
+      }
+}
