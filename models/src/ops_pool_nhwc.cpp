@@ -108,21 +108,49 @@ template <bool kRelu>
   }
 }
 
-// Overlapping or padded windows: zeros, then each window's dy added where it picked.
-void scatterGrad(float* dx, const float* dy, const std::int32_t* argmax, const float* relu, const PoolGeom& g) {
-  const std::size_t plane = static_cast<std::size_t>(g.oh()) * g.ow(), c = g.c;
-  std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.h * g.w * c * sizeof(float));
-  for (int n = 0; n < g.n; ++n) {
-    float* d = dx + static_cast<std::size_t>(n) * g.h * g.w * c;
-    for (std::size_t p = 0; p < plane; ++p) {
-      const std::size_t o = (static_cast<std::size_t>(n) * plane + p) * c;
-      if (relu) {  // the fused ReLU's backward: only where the pooled output is positive
-        for (std::size_t k = 0; k < c; ++k)
-          d[static_cast<std::size_t>(argmax[o + k]) * c + k] += relu[o + k] > 0.f ? dy[o + k] : 0.f;
-      } else {
-        for (std::size_t k = 0; k < c; ++k) d[static_cast<std::size_t>(argmax[o + k]) * c + k] += dy[o + k];
-      }
+// Channels [0, L) of window (oy, ox) when windows overlap or are padded: its dy added to each of
+// its pixels where it picked that pixel, +0 elsewhere. Called in ascending window order on zeros,
+// the sums are those of a scatter (adding +0 leaves them as they are: they start at +0 and are
+// never -0 from there), and the adds are whole vectors instead of one indexed store per channel.
+template <int L, bool kRelu>
+[[gnu::always_inline]] inline void windowGrad(float* dxImg, const float* dy, const std::int32_t* argmax,
+                                              const float* relu, int c, int w, int y0, int y1, int x0, int x1) {
+  float grad[L];
+  std::int32_t at[L];
+#pragma omp simd
+  for (int j = 0; j < L; ++j) {
+    grad[j] = !kRelu || relu[j] > 0.f ? dy[j] : 0.f;
+    at[j] = argmax[j];
+  }
+  for (int iy = y0; iy < y1; ++iy)
+    for (int ix = x0; ix < x1; ++ix) {
+      const std::int32_t here = iy * w + ix;
+      float* d = dxImg + static_cast<std::size_t>(here) * c;
+#pragma omp simd
+      for (int j = 0; j < L; ++j) d[j] += at[j] == here ? grad[j] : 0.f;
     }
+}
+
+template <bool kRelu>
+[[gnu::always_inline]] inline void overlapGrad(float* dx, const float* dy, const std::int32_t* argmax,
+                                               const float* relu, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::size_t inPlane = static_cast<std::size_t>(g.h) * g.w * c;
+  std::memset(dx, 0, g.n * inPlane * sizeof(float));
+  for (int n = 0; n < g.n; ++n) {
+    float* img = dx + n * inPlane;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
+        const float* r = kRelu ? relu + o : nullptr;
+        const int y0 = std::max(oy * g.stride - g.pad, 0), y1 = std::min(oy * g.stride - g.pad + g.k, g.h);
+        const int x0 = std::max(ox * g.stride - g.pad, 0), x1 = std::min(ox * g.stride - g.pad + g.k, g.w);
+        int j = 0;
+        for (; j + kBlock <= c; j += kBlock)
+          windowGrad<kBlock, kRelu>(img + j, dy + o + j, argmax + o + j, kRelu ? r + j : nullptr, c, g.w, y0, y1, x0, x1);
+        for (; j < c; ++j)
+          windowGrad<1, kRelu>(img + j, dy + o + j, argmax + o + j, kRelu ? r + j : nullptr, c, g.w, y0, y1, x0, x1);
+      }
   }
 }
 
@@ -132,12 +160,11 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
                          const float* relu) {
   // dy, argmax (and relu) [n, oh, ow, c] -> dx [n, h, w, c]
-  if (g.k != g.stride || g.pad != 0)
-    scatterGrad(dx, dy, argmax, relu, g);
-  else if (relu)
-    tiledGrad<true>(dx, dy, argmax, relu, g);
-  else
-    tiledGrad<false>(dx, dy, argmax, nullptr, g);
+  const bool tiled = g.k == g.stride && g.pad == 0;
+  if (tiled && relu) tiledGrad<true>(dx, dy, argmax, relu, g);
+  else if (tiled) tiledGrad<false>(dx, dy, argmax, nullptr, g);
+  else if (relu) overlapGrad<true>(dx, dy, argmax, relu, g);
+  else overlapGrad<false>(dx, dy, argmax, nullptr, g);
 }
 
 }  // namespace xs::engine::detail
