@@ -16,6 +16,7 @@ Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& i
   bool first = true;
   for (auto& [name, m] : children_) {
     if (first) m->setNeedInputGrad(needInputGrad_);
+    m->setChained(!first);
     first = false;
     s = m->build(s, prefix.empty() ? name : prefix + "." + name, info);
   }

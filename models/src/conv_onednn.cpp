@@ -167,6 +167,15 @@ Entry* entry(Device& dev, const ConvGeom& g, bool bias) {
 
 }  // namespace
 
+bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias) {
+  if (!g.srcNhwc || !g.dstNhwc || g.c % 16 != 0 || g.oc % 16 != 0) return false;
+  Entry* e = entry(dev, g, bias);
+  if (!e) return false;
+  const memory::desc dst({g.n, g.oc, g.oh(), g.ow()}, dt::f32, tag::nChw16c);
+  return e->sharedDiffDst && e->bwDiffDst.inner == dst && e->bdDiffDst.inner == dst &&
+         e->bdDiffSrc.inner == memory::desc({g.n, g.c, g.h, g.w}, dt::f32, tag::nChw16c);
+}
+
 bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, const float* b,
                          const ConvGeom& g) {
   Entry* e = entry(dev, g, b != nullptr);
@@ -193,7 +202,8 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   Entry* e = entry(dev, g, db != nullptr);
   if (!e) return false;
   auto& c = oneDnnContext();
-  memory diffDst = e->bwDiffDst.in(dy);
+  // Blocked dy and dx (g.dyBlocked / g.dxBlocked) are already in the primitives' layout.
+  memory diffDst = g.dyBlocked ? memory(e->bwDiffDst.inner, c.eng, const_cast<float*>(dy)) : e->bwDiffDst.in(dy);
   memory src;
   auto kept = g.keepSrc && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
   if (kept != e->keptSrc.end()) src = memory(e->bwSrc.inner, c.eng, kept->second.data());
@@ -206,11 +216,12 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   e->bwdWeights.execute(c.stream, args);
   e->bwDiffWei.finish(e->dwUser.data());
   if (dx) {
+    memory diffSrc = g.dxBlocked ? memory(e->bdDiffSrc.inner, c.eng, dx) : e->bdDiffSrc.out(dx);
     e->bwdData.execute(c.stream, {{DNNL_ARG_DIFF_DST, e->sharedDiffDst ? diffDst : e->bdDiffDst.in(dy)},
                                   {DNNL_ARG_WEIGHTS, e->bdWei.in(w)},
-                                  {DNNL_ARG_DIFF_SRC, e->bdDiffSrc.out(dx)},
+                                  {DNNL_ARG_DIFF_SRC, diffSrc},
                                   {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}});
-    e->bdDiffSrc.finish(dx);
+    if (!g.dxBlocked) e->bdDiffSrc.finish(dx);
   }
   c.stream.wait();
   // Our contract accumulates parameter gradients.

@@ -87,13 +87,21 @@ class Conv2d : public Module {
     y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
     conv2dForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_),
                   bias_ ? ctx.params.value(b_) : nullptr, g_);
+    // Winograd backward passes take dy and give dx in channel blocks: say so to the module
+    // after (y_), and give dx so when the module before asked (x) and reads nothing else.
+    blockedGrads_ = conv2dGradsBlocked16(ctx.dev, g_, bias_);
+    y_.setBlockedGrad(blockedGrads_);
+    blockedDx_ = blockedGrads_ && chained_ && needInputGrad_ && x.blockedGrad();
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    XS_CHECK(dy.layout() == y_.layout(), ShapeError, "conv2d: the gradient's layout differs from the output's");
+    g_.dyBlocked = dy.layout() == Layout::kNchw16c;
+    XS_CHECK(dy.layout() == y_.layout() || (g_.dyBlocked && blockedGrads_), ShapeError,
+             "conv2d: the gradient's layout differs from the output's");
+    g_.dxBlocked = blockedDx_;
     if (needInputGrad_) {
       dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
-      dx_.setLayout(x_->layout());
+      dx_.setLayout(blockedDx_ ? Layout::kNchw16c : x_->layout());
     }
     g_.dyBf16 = dy.dtype() == DType::kBf16;
     conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
@@ -106,6 +114,7 @@ class Conv2d : public Module {
  private:
   int in_, out_, k_, stride_, pad_;
   bool bias_;
+  bool blockedGrads_ = false, blockedDx_ = false;  // see forward
   ConvGeom g_{};
   std::size_t w_ = 0, b_ = 0;
 };
@@ -138,6 +147,8 @@ class Pool2d : public Module {
       y_.ensure(ctx.dev, Shape{g_.n, g_.c, a_, b_}, "activations");
       y_.setLayout(Layout::kNchw);
       adaptiveAvgPool2dForward(y_.data(), x.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
+      y_.setBlockedGrad(false);
+      blockedDx_ = false;
       return y_;
     }
     Shape out{g_.n, g_.c, g_.oh(), g_.ow()};
@@ -150,13 +161,20 @@ class Pool2d : public Module {
       maxPool2dForward(y_.data(), reinterpret_cast<std::int32_t*>(argmax_.data()), x.data(), g_);
       if (reluBefore_) reluForward(y_.data(), y_.data(), y_.numel());  // max(relu(x)) = relu(max(x))
     }
+    // The channels-last max-pool reads dy and writes dx in channel blocks as well: the Winograd
+    // convolutions around it then skip their reorders (Tensor::blockedGrad).
+    const bool blocks = g_.nhwc && g_.c % 16 == 0;
+    y_.setBlockedGrad(blocks);
+    blockedDx_ = blocks && chained_ && needInputGrad_ && x0.blockedGrad();
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     const bool nhwc = x_->layout() == Layout::kNhwc && !g_.nhwc;  // pooled in NCHW
+    g_.dyBlocked = dy.layout() == Layout::kNchw16c;
+    g_.dxBlocked = blockedDx_;
     Tensor& dx = nhwc ? staged_ : dx_;
     dx.ensure(ctx.dev, x_->shape(), "activation gradients");
-    dx.setLayout(g_.nhwc ? Layout::kNhwc : Layout::kNchw);
+    dx.setLayout(blockedDx_ ? Layout::kNchw16c : g_.nhwc ? Layout::kNhwc : Layout::kNchw);
     if (kind_ == kAdaptive)
       adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
     else if (kind_ == kAvg)
@@ -184,6 +202,7 @@ class Pool2d : public Module {
   Kind kind_;
   int a_, b_, pad_;
   bool reluBefore_ = false;  // the ReLU before it is fused in (Sequential::build)
+  bool blockedDx_ = false;   // dx goes back in channel blocks (see forward)
   PoolGeom g_{};
   Tensor argmax_, staged_;
 };

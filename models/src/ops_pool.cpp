@@ -134,6 +134,9 @@ void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const Pool
 
 void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
                        const float* relu) {
+  XS_CHECK(!(g.dyBlocked || g.dxBlocked) || (g.nhwc && g.c % 16 == 0), ShapeError,
+           "max-pool: gradients in channel blocks of 16 need the channels-last kernel and a multiple of 16 "
+           "channels, got " + std::to_string(g.c) + (g.nhwc ? "" : " in NCHW"));
   if (g.nhwc) {
     detail::maxPoolNhwcBackward(dx, dy, argmax, g, relu);
     return;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "test_util.hpp"
 #include "xspawn/engine/error.hpp"
@@ -86,6 +87,33 @@ TEST(Model, Resnet18LearnsInBf16) { expectLearns("resnet18", 16, 8, 0.02f, Preci
 // LeNet-5 starts slowly from PyTorch's small initial weights: ask only for progress.
 TEST(Model, Lenet5Learns) { expectLearns("lenet5", 0, 16, 0.1f, Precision::kFp32, 0.995f); }
 TEST(Model, Resnet18Learns) { expectLearns("resnet18", 16, 8, 0.02f); }
+
+// Gradients handed between the Winograd convolutions and the max-pools in channel blocks (no
+// reorders) give the same weights, bit for bit, as in channels-last: the convnet (all three
+// pools tiled or overlapping next to such convolutions) and AlexNet (a 3x3 after a pool).
+TEST(Model, BlockedGradientsGiveTheSameBits) {
+  for (auto [name, size, batch] : {std::tuple{"convnet", 0, 8}, std::tuple{"alexnet", 63, 2}}) {
+    std::vector<float> weights[2];
+    for (int blocked = 0; blocked < 2; ++blocked) {
+      setBlockedGradients(blocked == 1);
+      Device dev;
+      Model m(dev, config(name, size, 3));
+      auto opt = makeSgd(dev, m.params().size(), SgdOptions{0.01f, 0.9f});
+      Shape in = m.inputShape();
+      auto x = test::pattern(batch * in.numel(), 11);
+      std::vector<std::int32_t> y(batch);
+      for (int i = 0; i < batch; ++i) y[i] = (i * 3) % 10;
+      for (int s = 0; s < 3; ++s) {
+        m.trainStep(x.data(), y.data(), batch);
+        opt->step(m.params());
+      }
+      weights[blocked].assign(m.params().values(), m.params().values() + m.params().size());
+    }
+    setBlockedGradients(true);
+    ASSERT_EQ(weights[0].size(), weights[1].size());
+    EXPECT_EQ(0, std::memcmp(weights[0].data(), weights[1].data(), weights[0].size() * sizeof(float))) << name;
+  }
+}
 
 TEST(Model, AlexnetSmallestImageRunsAndTinyImageFails) {
   Device dev;

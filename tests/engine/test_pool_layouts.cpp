@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "xspawn/engine/error.hpp"
 #include "xspawn/engine/ops.hpp"
 
 using namespace xs::engine;
@@ -28,6 +29,26 @@ std::vector<float> ties(std::size_t n, unsigned seed, bool nan) {
 
 bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// [n, hw, c] <-> [n, c/16, hw, 16]
+std::vector<float> toBlocked(const std::vector<float>& v, int n, int c, int hw) {
+  std::vector<float> b(v.size());
+  for (int i = 0; i < n; ++i)
+    for (int p = 0; p < hw; ++p)
+      for (int j = 0; j < c; ++j)
+        b[((static_cast<std::size_t>(i) * (c / 16) + j / 16) * hw + p) * 16 + j % 16] =
+            v[(static_cast<std::size_t>(i) * hw + p) * c + j];
+  return b;
+}
+std::vector<float> fromBlocked(const std::vector<float>& b, int n, int c, int hw) {
+  std::vector<float> v(b.size());
+  for (int i = 0; i < n; ++i)
+    for (int p = 0; p < hw; ++p)
+      for (int j = 0; j < c; ++j)
+        v[(static_cast<std::size_t>(i) * hw + p) * c + j] =
+            b[((static_cast<std::size_t>(i) * (c / 16) + j / 16) * hw + p) * 16 + j % 16];
+  return v;
 }
 
 struct Case {
@@ -83,5 +104,29 @@ TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
         EXPECT_TRUE(sameBits(y, backY)) << what << ": pooled values";
         EXPECT_EQ(am, amBack) << what << ": indices";
         EXPECT_TRUE(sameBits(dx, back)) << what << ": gradient";
+        // Gradients in channel blocks of 16 (what the Winograd convolutions read and write), each
+        // side alone and both: the same bits once converted back.
+        if (g.c % 16 != 0) continue;
+        for (int sides = 1; sides <= 3; ++sides) {
+          PoolGeom gb = gl;
+          gb.dyBlocked = sides & 1;
+          gb.dxBlocked = sides & 2;
+          std::vector<float> dyb = gb.dyBlocked ? toBlocked(dyl, g.n, g.c, ohw) : dyl, dxb(nx, 7.f);
+          maxPool2dBackward(dxb.data(), dyb.data(), aml.data(), gb, fused ? yl.data() : nullptr);
+          if (gb.dxBlocked) dxb = fromBlocked(dxb, g.n, g.c, hw);
+          EXPECT_TRUE(sameBits(dxl, dxb)) << what << ": gradient with blocked " << (sides == 1 ? "dy" : sides == 2 ? "dx" : "dy and dx");
+        }
       }
+}
+
+TEST(PoolLayouts, BlockedGradientsNeedChannelsLastAndWholeBlocks) {
+  PoolGeom g{1, 24, 4, 4, 2, 2, 0};
+  g.nhwc = true;
+  g.dxBlocked = true;
+  std::vector<float> dy(24 * 4), dx(24 * 16), y(24 * 4);
+  std::vector<std::int32_t> am(24 * 4, 0);
+  EXPECT_THROW(maxPool2dBackward(dx.data(), dy.data(), am.data(), g), ShapeError);
+  g.c = 16;
+  g.nhwc = false;
+  EXPECT_THROW(maxPool2dBackward(dx.data(), dy.data(), am.data(), g), ShapeError);
 }

@@ -51,11 +51,16 @@ class Module {
   // if it does, the ReLU passes x and dy through.
   virtual void fuseWithNext(Module&) {}
   virtual bool absorbReluBefore() { return false; }
+  // Set by Sequential::build on every module but its first: the input is the output of the
+  // module before, read by nothing else, so its gradient may go back in the layout that module
+  // asked for (Tensor::blockedGrad).
+  void setChained(bool v) { chained_ = v; }
 
  protected:
   Tensor y_, dx_;
   const Tensor* x_ = nullptr;
   bool needInputGrad_ = true;
+  bool chained_ = false;
 };
 
 using ModulePtr = std::unique_ptr<Module>;

@@ -30,6 +30,8 @@ struct ConvGeom {
   // reuses the forward's copy of x in the kernel's layout and precision (one conversion less).
   bool keepSrc = false;
   bool dyBf16 = false;  // dy holds bfloat16 values (what the bf16 products round it to anyway)
+  // dy / dx in blocks of 16 channels ([n, c/16, h, w, 16]): only where conv2dGradsBlocked16 holds.
+  bool dyBlocked = false, dxBlocked = false;
   int oh() const { return (h + 2 * pad - kh) / stride + 1; }
   int ow() const { return (w + 2 * pad - kw) / stride + 1; }
 };
@@ -66,6 +68,13 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
 // dy [n, oc, oh, ow] -> dx [n, c, h, w] (skipped when null), dw +=, db += (skipped when null)
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g);
+// True when conv2dBackward's kernels read dy and write dx in blocks of 16 channels themselves
+// (oneDNN's Winograd passes in fp32, channels last): it then takes g.dyBlocked / g.dxBlocked
+// and skips the reorders it would make from and to NHWC.
+bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias);
+// Whether the layers pass gradients in channel blocks where both sides can (default on; the
+// results are the same bits either way, which a test checks with this switch).
+void setBlockedGradients(bool on);
 
 // ---- layout conversions: [n, c, hw] <-> [n, hw, c] ----------------------------------------------
 void nchwToNhwc(float* dst, const float* src, int n, int c, int hw);
@@ -76,6 +85,9 @@ struct PoolGeom {
   int n, c, h, w;  // input [n, c, h, w]
   int k, stride, pad = 0;
   bool nhwc = false;  // max-pool only: x, y, argmax, dy, dx stored channels last
+  // Channels-last max-pool only, c a multiple of 16: dy / dx in blocks of 16 channels
+  // ([n, c/16, h, w, 16], oneDNN's nChw16c), as the Winograd convolutions next to it take them.
+  bool dyBlocked = false, dxBlocked = false;
   int oh() const { return (h + 2 * pad - k) / stride + 1; }
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
 };

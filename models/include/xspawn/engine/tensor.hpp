@@ -26,8 +26,9 @@ struct Shape {
 
 // How a rank-4 activation [n, c, h, w] is stored: NCHW (PyTorch's default, the interface of
 // every op) or NHWC (channels last: what the bf16 matrix unit reads without a reorder). The
-// shape always names the logical NCHW dims.
-enum class Layout { kNchw, kNhwc };
+// shape always names the logical NCHW dims. kNchw16c, [n, c/16, h, w, 16] (oneDNN's nChw16c),
+// only for gradients passed between a convolution's Winograd passes and a max-pool next to it.
+enum class Layout { kNchw, kNhwc, kNchw16c };
 
 // What a tensor's buffer holds: float32, or bfloat16 values (2 bytes each, packed from the
 // start of the buffer: a bf16 producer feeding a bf16 consumer, e.g. a gradient a convolution
@@ -61,6 +62,11 @@ class Tensor {
   bool empty() const { return data_ == nullptr; }
   Layout layout() const { return layout_; }
   void setLayout(Layout l) { layout_ = l; }
+  // Set by the module that wrote this activation: its backward takes the gradient of it in
+  // Layout::kNchw16c as it is. The module reading it alone (the next one in a Sequential) may
+  // then hand the gradient back in that layout, and skip a reorder on both sides.
+  bool blockedGrad() const { return blockedGrad_; }
+  void setBlockedGrad(bool v) { blockedGrad_ = v; }
   DType dtype() const { return dtype_; }
   void setDtype(DType t) { dtype_ = t; }
   Device* device() const { return dev_; }
@@ -72,6 +78,7 @@ class Tensor {
   std::size_t capacity_ = 0;
   Shape shape_;
   Layout layout_ = Layout::kNchw;
+  bool blockedGrad_ = false;
   DType dtype_ = DType::kF32;
 };
 
