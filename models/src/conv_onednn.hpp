@@ -12,8 +12,9 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
                          const ConvGeom& g);
 bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const float* dy,
                           const float* x, const float* w, const ConvGeom& g);
-// Both backward primitives read diff_dst, and backward data writes diff_src, as nChw16c.
-bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias);
+// Backward weights reads diff_dst as nChw16c; with dx, backward data also reads diff_dst and
+// writes diff_src as nChw16c.
+bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias, bool dx);
 
 // The bf16 matmul on the matrix unit: each operand float32 (rounded into a dense bf16 copy) or
 // already dense bf16 bits (aBf16 / bBf16; then lda / ldb are its dense row lengths). False when

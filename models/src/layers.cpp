@@ -87,9 +87,9 @@ class Conv2d : public Module {
     y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
     conv2dForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_),
                   bias_ ? ctx.params.value(b_) : nullptr, g_);
-    // Winograd backward passes take dy and give dx in channel blocks: say so to the module
+    // oneDNN backward passes that take dy (and give dx) in channel blocks: say so to the module
     // after (y_), and give dx so when the module before asked (x) and reads nothing else.
-    blockedGrads_ = conv2dGradsBlocked16(ctx.dev, g_, bias_);
+    blockedGrads_ = conv2dGradsBlocked16(ctx.dev, g_, bias_, needInputGrad_);
     y_.setBlockedGrad(blockedGrads_);
     blockedDx_ = blockedGrads_ && chained_ && needInputGrad_ && x.blockedGrad();
     return y_;

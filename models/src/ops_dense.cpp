@@ -263,19 +263,20 @@ bool& blockedGradientsSlot() {
 
 void setBlockedGradients(bool on) { blockedGradientsSlot() = on; }
 
-bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias) {
+bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
   return blockedGradientsSlot() && dev.precision() == Precision::kFp32 && convBackend() == ConvBackend::kOneDnn && convWinograd() &&
          !detail::useNhwcGemm(g) && !g.dyBf16 &&
-         detail::conv2dGradsBlocked16OneDnn(dev, g, bias);
+         detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
 }
 
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g) {
   checkGeom(g);
   if (g.dyBlocked || g.dxBlocked) {  // only oneDNN's Winograd passes take these (conv2dGradsBlocked16)
-    XS_CHECK(conv2dGradsBlocked16(dev, g, db != nullptr) && detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g),
-             ShapeError, "conv2d: gradients in blocks of 16 channels need oneDNN's Winograd backward (fp32, "
-                         "channels last, 3x3 stride 1): ask conv2dGradsBlocked16 first");
+    XS_CHECK(conv2dGradsBlocked16(dev, g, db != nullptr, dx != nullptr) &&
+                 detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g),
+             ShapeError, "conv2d: gradients in blocks of 16 channels need oneDNN's blocked backward (fp32, "
+                         "channels last, Winograd or one input channel): ask conv2dGradsBlocked16 first");
     return;
   }
   if (g.dyBf16) {  // oneDNN's kernels read bf16 dy as it is; the other paths widen it once

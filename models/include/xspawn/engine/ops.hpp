@@ -68,10 +68,11 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
 // dy [n, oc, oh, ow] -> dx [n, c, h, w] (skipped when null), dw +=, db += (skipped when null)
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g);
-// True when conv2dBackward's kernels read dy and write dx in blocks of 16 channels themselves
-// (oneDNN's Winograd passes in fp32, channels last): it then takes g.dyBlocked / g.dxBlocked
-// and skips the reorders it would make from and to NHWC.
-bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias);
+// True when conv2dBackward's kernels read dy (and, with dx, write dx) in blocks of 16 channels
+// themselves (oneDNN's backward in fp32, channels last, for Winograd 3x3 convolutions and for
+// one input channel): it then takes g.dyBlocked / g.dxBlocked and skips the reorders it would
+// make from and to NHWC.
+bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx);
 // Whether the layers pass gradients in channel blocks where both sides can (default on; the
 // results are the same bits either way, which a test checks with this switch).
 void setBlockedGradients(bool on);
