@@ -161,7 +161,7 @@ class Pool2d : public Module {
       maxPool2dForward(y_.data(), reinterpret_cast<std::int32_t*>(argmax_.data()), x.data(), g_);
       if (reluBefore_) reluForward(y_.data(), y_.data(), y_.numel());  // max(relu(x)) = relu(max(x))
     }
-    // The channels-last max-pool reads dy and writes dx in channel blocks as well: the Winograd
+    // The channels-last max-pool reads dy and writes dx in channel blocks as well: the
     // convolutions around it then skip their reorders (Tensor::blockedGrad).
     const bool blocks = g_.nhwc && g_.c % 16 == 0;
     y_.setBlockedGrad(blocks);

@@ -264,15 +264,14 @@ bool& blockedGradientsSlot() {
 void setBlockedGradients(bool on) { blockedGradientsSlot() = on; }
 
 bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
-  return blockedGradientsSlot() && dev.precision() == Precision::kFp32 && convBackend() == ConvBackend::kOneDnn && convWinograd() &&
-         !detail::useNhwcGemm(g) && !g.dyBf16 &&
-         detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
+  return blockedGradientsSlot() && dev.precision() == Precision::kFp32 && convBackend() == ConvBackend::kOneDnn &&
+         !detail::useNhwcGemm(g) && !g.dyBf16 && detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
 }
 
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g) {
   checkGeom(g);
-  if (g.dyBlocked || g.dxBlocked) {  // only oneDNN's Winograd passes take these (conv2dGradsBlocked16)
+  if (g.dyBlocked || g.dxBlocked) {  // only oneDNN's blocked passes take these (conv2dGradsBlocked16)
     XS_CHECK(conv2dGradsBlocked16(dev, g, db != nullptr, dx != nullptr) &&
                  detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g),
              ShapeError, "conv2d: gradients in blocks of 16 channels need oneDNN's blocked backward (fp32, "

@@ -63,7 +63,7 @@ namespace {
 
 // Where channel j of pixel p of image n sits in a gradient of c channels and hw pixels per image:
 // channels last ([n, hw, c]) or in blocks of 16 channels ([n, c/16, hw, 16], oneDNN's nChw16c,
-// which the Winograd convolutions next to a pool read and write without a reorder).
+// which the oneDNN convolutions next to a pool read and write without a reorder).
 struct GradLayout {
   bool blocked;
   int c;

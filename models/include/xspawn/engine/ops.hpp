@@ -87,7 +87,7 @@ struct PoolGeom {
   int k, stride, pad = 0;
   bool nhwc = false;  // max-pool only: x, y, argmax, dy, dx stored channels last
   // Channels-last max-pool only, c a multiple of 16: dy / dx in blocks of 16 channels
-  // ([n, c/16, h, w, 16], oneDNN's nChw16c), as the Winograd convolutions next to it take them.
+  // ([n, c/16, h, w, 16], oneDNN's nChw16c), as the oneDNN convolutions next to it take them.
   bool dyBlocked = false, dxBlocked = false;
   int oh() const { return (h + 2 * pad - k) / stride + 1; }
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
