@@ -1,6 +1,7 @@
 // test_pool_layouts.cpp: the channels-last max-pool kernels give the same bits as the NCHW ones
 // (PyTorch's scan order and tie rule): values, indices and gradients, with and without the fused
-// ReLU, over window shapes that overlap, pad, leave pixels uncovered and split channel blocks.
+// ReLU, over window shapes that overlap, pad, leave pixels uncovered and split channel blocks;
+// and the same gradients when dy or dx are in channel blocks of 16 (nChw16c).
 #include <gtest/gtest.h>
 
 #include <cmath>
