@@ -30,7 +30,7 @@ po::options_description launcherOptions() {
     ("job-id", po::value<std::string>(), "name of the job (default: generated); names its shared memory")
     ("kill-grace", po::value<std::string>()->default_value("10"), "seconds between SIGTERM and SIGKILL when stopping workers")
     ("wait", po::value<std::string>()->default_value("hybrid"), "how waits wait: hybrid (spin, then sleep), spin, futex")
-    ("shared-heap", po::value<std::string>()->default_value("0"), "shared memory per rank for zero-copy tensors (xs::shared_alloc), e.g. 64M")
+    ("shared-heap", po::value<std::string>()->default_value("1G"), "shared memory per rank for zero-copy tensors (xs::shared_alloc): reserved, taken only as allocated")
     ("stage-size", po::value<std::string>()->default_value("2M"), "collectives' staging buffer per rank (two of them)")
     ("machine-buffer", po::value<std::string>()->default_value("4M"), "under mpirun: rendezvous payloads between machines")
     ("help,h", "show this help")

@@ -65,8 +65,12 @@ std::string siblingProgram(const std::string& name) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
-  auto path = self.parent_path() / name;
-  return ::access(path.c_str(), X_OK) == 0 ? path.string() : "";
+  // In a build tree the helpers sit beside the command; installed, in libexec/xspawn.
+  for (const auto& dir : {self.parent_path(), self.parent_path() / XSPAWN_BIN_TO_HELPERS}) {
+    auto path = (dir / name).lexically_normal();
+    if (::access(path.c_str(), X_OK) == 0) return path.string();
+  }
+  return "";
 }
 
 int helloCommand(const Invocation& inv) {

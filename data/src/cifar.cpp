@@ -1,10 +1,10 @@
 // cifar.cpp: CIFAR-10 binary batches (label byte + 3x32x32 planar RGB per record).
-#include "xspawn/data/cifar.h"
+#include "xspawn/data/cifar.hpp"
 
 #include <string>
 
-#include "file_bytes.h"
-#include "xspawn/data/error.h"
+#include "file_bytes.hpp"
+#include "xspawn/error.hpp"
 
 namespace xs::data {
 namespace {
@@ -16,7 +16,7 @@ constexpr int kImageBytes = kCifarRecordBytes - 1;
 void readCifarBatch(const std::filesystem::path& path, Dataset& out) {
   std::vector<std::uint8_t> bytes = detail::readFileBytes(path);
   if (bytes.empty() || bytes.size() % kCifarRecordBytes != 0) {
-    XS_DATA_THROW(TruncatedError,
+    XS_THROW(TruncatedError,
                   path.string() + ": truncated: " + std::to_string(bytes.size()) +
                       " bytes is not a whole, non-zero number of " +
                       std::to_string(kCifarRecordBytes) +
@@ -29,7 +29,7 @@ void readCifarBatch(const std::filesystem::path& path, Dataset& out) {
   for (std::size_t r = 0; r < records; ++r) {
     const std::uint8_t* rec = bytes.data() + r * kCifarRecordBytes;
     if (rec[0] >= out.numClasses) {
-      XS_DATA_THROW(LabelRangeError, path.string() + ": label " + std::to_string(rec[0]) +
+      XS_THROW(LabelRangeError, path.string() + ": label " + std::to_string(rec[0]) +
                                          " in record " + std::to_string(r) +
                                          " is out of range, expected 0.." +
                                          std::to_string(out.numClasses - 1) +
@@ -48,7 +48,7 @@ std::filesystem::path findCifarDir(const std::filesystem::path& dir) {
     return dir;
   }
   if (std::filesystem::is_directory(nested, ec)) return nested;
-  XS_DATA_THROW(FileNotFoundError,
+  XS_THROW(FileNotFoundError,
                 dir.string() + ": no CIFAR-10 batches (expected data_batch_1..5.bin and "
                                "test_batch.bin here or in cifar-10-batches-bin/); extract "
                                "cifar-10-binary.tar.gz into this directory");

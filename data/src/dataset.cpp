@@ -4,10 +4,10 @@
 #include <cmath>
 #include <string>
 
-#include "xspawn/data/catalog.h"
-#include "xspawn/data/cifar.h"
-#include "xspawn/data/error.h"
-#include "xspawn/data/idx.h"
+#include "xspawn/data/catalog.hpp"
+#include "xspawn/data/cifar.hpp"
+#include "xspawn/error.hpp"
+#include "xspawn/data/idx.hpp"
 
 namespace xs::data {
 namespace {
@@ -19,6 +19,46 @@ std::string joinedNames() {
 }
 
 }  // namespace
+
+Dataset fromMemory(std::string name, Split split, int channels, int height, int width, int numClasses,
+                   std::vector<std::uint8_t> pixels, std::vector<std::int32_t> labels) {
+  XS_CHECK(channels > 0 && height > 0 && width > 0 && numClasses > 0, UsageError,
+           "dataset '" + name + "': channels, height, width and classes must be positive, got " +
+               std::to_string(channels) + "x" + std::to_string(height) + "x" + std::to_string(width) + ", " +
+               std::to_string(numClasses) + " classes");
+  const std::size_t per = static_cast<std::size_t>(channels) * height * width;
+  XS_CHECK(pixels.size() == per * labels.size(), UsageError,
+           "dataset '" + name + "': " + std::to_string(pixels.size()) + " pixel values for " +
+               std::to_string(labels.size()) + " labels of " + std::to_string(per) +
+               "-value images: give count * channels * height * width pixels");
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    XS_CHECK(labels[i] >= 0 && labels[i] < numClasses, UsageError,
+             "dataset '" + name + "': label " + std::to_string(labels[i]) + " at index " + std::to_string(i) +
+                 " is outside 0.." + std::to_string(numClasses - 1) + ": fix the label or the number of classes");
+  Dataset d;
+  d.name = std::move(name);
+  d.split = split;
+  d.channels = channels;
+  d.height = height;
+  d.width = width;
+  d.numClasses = numClasses;
+  d.pixels = std::move(pixels);
+  d.labels = std::move(labels);
+  return d;
+}
+
+Dataset fromFunction(std::string name, Split split, std::int64_t count, int channels, int height, int width,
+                     int numClasses, const SampleFn& sample) {
+  XS_CHECK(count >= 0 && sample, UsageError,
+           "dataset '" + name + "': give a sample function and a non-negative count, got " + std::to_string(count));
+  XS_CHECK(channels > 0 && height > 0 && width > 0, UsageError,
+           "dataset '" + name + "': channels, height and width must be positive");
+  const std::size_t per = static_cast<std::size_t>(channels) * height * width;
+  std::vector<std::uint8_t> pixels(per * static_cast<std::size_t>(count));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) labels[i] = sample(i, pixels.data() + per * i);
+  return fromMemory(std::move(name), split, channels, height, width, numClasses, std::move(pixels), std::move(labels));
+}
 
 ChannelStats computeChannelStats(const Dataset& dataset) {
   ChannelStats stats;
@@ -61,11 +101,11 @@ Dataset loadDataset(const DatasetSpec& spec, Split split) {
   if (spec.name == "synthetic") return makeSynthetic(spec.synthetic, split);
   const bool idx = spec.name == "fashion-mnist" || spec.name == "mnist";
   if (!idx && spec.name != "cifar10") {
-    XS_DATA_THROW(ConfigError, "unknown dataset '" + spec.name + "'; choose one of " + joinedNames());
+    XS_THROW(UsageError, "unknown dataset '" + spec.name + "'; choose one of " + joinedNames());
   }
   const std::filesystem::path dir = spec.dir.empty() ? defaultDataDir(spec.name) : spec.dir;
   if (dir.empty()) {
-    XS_DATA_THROW(ConfigError, "dataset '" + spec.name +
+    XS_THROW(UsageError, "dataset '" + spec.name +
                                    "' has no default location; give its data directory");
   }
   std::error_code ec;
@@ -74,7 +114,7 @@ Dataset loadDataset(const DatasetSpec& spec, Split split) {
                                  ? "install it with `apt-get install dataset-fashion-mnist` or "
                                    "give another data directory"
                                  : "give the directory that holds the " + spec.name + " files";
-    XS_DATA_THROW(FileNotFoundError, dir.string() + ": data directory of '" + spec.name +
+    XS_THROW(FileNotFoundError, dir.string() + ": data directory of '" + spec.name +
                                          "' does not exist; " + hint);
   }
   return idx ? loadIdxDataset(dir, split, spec.name) : loadCifar10(dir, split);

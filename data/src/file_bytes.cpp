@@ -1,22 +1,22 @@
 // file_bytes.cpp: whole-file reads through zlib's gz* interface (transparent for raw files).
-#include "file_bytes.h"
+#include "file_bytes.hpp"
 
 #include <zlib.h>
 
 #include <string>
 
-#include "xspawn/data/error.h"
+#include "xspawn/error.hpp"
 
 namespace xs::data::detail {
 
 std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    XS_DATA_THROW(FileNotFoundError, path.string() + ": no such file");
+    XS_THROW(FileNotFoundError, path.string() + ": no such file");
   }
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) {
-    XS_DATA_THROW(FileNotFoundError, path.string() + ": cannot open (check permissions)");
+    XS_THROW(FileNotFoundError, path.string() + ": cannot open (check permissions)");
   }
   gzbuffer(file, 1 << 17);
   std::vector<std::uint8_t> bytes;
@@ -37,7 +37,7 @@ std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path) {
   const std::string detail = zmessage != nullptr ? zmessage : "unknown zlib error";
   gzclose(file);
   if (errnum != Z_OK && errnum != Z_STREAM_END) {
-    XS_DATA_THROW(FormatError, path.string() + ": corrupt gzip stream (zlib: " + detail +
+    XS_THROW(FormatError, path.string() + ": corrupt gzip stream (zlib: " + detail +
                                    ") after " + std::to_string(bytes.size()) +
                                    " decompressed bytes; re-download or re-extract the file");
   }

@@ -1,11 +1,11 @@
 // idx.cpp: IDX (MNIST / Fashion-MNIST) image and label files, gzip or raw.
-#include "xspawn/data/idx.h"
+#include "xspawn/data/idx.hpp"
 
 #include <cstdio>
 #include <string>
 
-#include "file_bytes.h"
-#include "xspawn/data/error.h"
+#include "file_bytes.hpp"
+#include "xspawn/error.hpp"
 
 namespace xs::data {
 namespace {
@@ -27,13 +27,13 @@ std::vector<std::uint8_t> readIdx(const std::filesystem::path& path, std::uint32
   if (bytes.size() >= 4) {  // the magic first: a wrong file is more telling than a short one
     const std::uint32_t found = detail::readBigEndian32(bytes.data());
     if (found != magic) {
-      XS_DATA_THROW(FormatError, path.string() + ": bad magic " + hex32(found) + ", expected " +
+      XS_THROW(FormatError, path.string() + ": bad magic " + hex32(found) + ", expected " +
                                      hex32(magic) + " (" + what +
                                      " unsigned bytes); is this the right file?");
     }
   }
   if (bytes.size() < header) {
-    XS_DATA_THROW(TruncatedError, path.string() + ": truncated: " + std::to_string(bytes.size()) +
+    XS_THROW(TruncatedError, path.string() + ": truncated: " + std::to_string(bytes.size()) +
                                       " bytes, shorter than the " + std::to_string(header) +
                                       "-byte " + what + " header");
   }
@@ -48,12 +48,12 @@ IdxImages readIdxImages(const std::filesystem::path& path) {
   const std::uint32_t rows = detail::readBigEndian32(bytes.data() + 8);
   const std::uint32_t cols = detail::readBigEndian32(bytes.data() + 12);
   if (rows == 0 || cols == 0 || rows > kMaxSide || cols > kMaxSide) {
-    XS_DATA_THROW(FormatError, path.string() + ": implausible image size " + std::to_string(rows) +
+    XS_THROW(FormatError, path.string() + ": implausible image size " + std::to_string(rows) +
                                    "x" + std::to_string(cols) + " in the IDX3 header");
   }
   const std::uint64_t expected = kImagesHeader + std::uint64_t{count} * rows * cols;
   if (bytes.size() != expected) {
-    XS_DATA_THROW(TruncatedError,
+    XS_THROW(TruncatedError,
                   path.string() + ": " + (bytes.size() < expected ? "truncated" : "trailing data") +
                       ": header says " + std::to_string(count) + " images of " +
                       std::to_string(rows) + "x" + std::to_string(cols) + " (" +
@@ -73,7 +73,7 @@ std::vector<std::int32_t> readIdxLabels(const std::filesystem::path& path, int n
   const std::uint32_t count = detail::readBigEndian32(bytes.data() + 4);
   const std::uint64_t expected = kLabelsHeader + std::uint64_t{count};
   if (bytes.size() != expected) {
-    XS_DATA_THROW(TruncatedError,
+    XS_THROW(TruncatedError,
                   path.string() + ": " + (bytes.size() < expected ? "truncated" : "trailing data") +
                       ": header says " + std::to_string(count) + " labels (" +
                       std::to_string(expected) + " bytes) but the file holds " +
@@ -83,7 +83,7 @@ std::vector<std::int32_t> readIdxLabels(const std::filesystem::path& path, int n
   for (std::uint32_t i = 0; i < count; ++i) {
     const int label = bytes[kLabelsHeader + i];
     if (label >= numClasses) {
-      XS_DATA_THROW(LabelRangeError, path.string() + ": label " + std::to_string(label) +
+      XS_THROW(LabelRangeError, path.string() + ": label " + std::to_string(label) +
                                          " at index " + std::to_string(i) +
                                          " is out of range, expected 0.." +
                                          std::to_string(numClasses - 1));
@@ -99,7 +99,7 @@ std::filesystem::path findIdxFile(const std::filesystem::path& dir, const std::s
   if (std::filesystem::is_regular_file(raw, ec)) return raw;
   const std::filesystem::path gz = dir / (base + ".gz");
   if (std::filesystem::is_regular_file(gz, ec)) return gz;
-  XS_DATA_THROW(FileNotFoundError,
+  XS_THROW(FileNotFoundError,
                 raw.string() + "[.gz]: not found (neither " + base + " nor " + base +
                     ".gz is in " + dir.string() +
                     "); point the data dir at an MNIST-layout directory");
@@ -112,7 +112,7 @@ Dataset loadIdxDataset(const std::filesystem::path& dir, Split split, const std:
   IdxImages images = readIdxImages(imagesPath);
   std::vector<std::int32_t> labels = readIdxLabels(labelsPath, 10);
   if (static_cast<std::int64_t>(labels.size()) != images.count) {
-    XS_DATA_THROW(MismatchError, labelsPath.string() + ": holds " +
+    XS_THROW(MismatchError, labelsPath.string() + ": holds " +
                                      std::to_string(labels.size()) + " labels but " +
                                      imagesPath.filename().string() + " holds " +
                                      std::to_string(images.count) +

@@ -1,12 +1,12 @@
 // loader.cpp: ParallelLoader. Threads claim batch numbers in order (at most `prefetch` ahead of
 // the consumer), build them independently, and park them in a map the consumer drains in order.
-#include "xspawn/data/loader.h"
+#include "xspawn/data/loader.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <string>
 
-#include "xspawn/data/error.h"
+#include "xspawn/error.hpp"
 
 namespace xs::data {
 namespace {
@@ -26,20 +26,20 @@ ParallelLoader::ParallelLoader(const Dataset& dataset, Transform transform,
       sampler_(std::move(sampler)),
       config_(std::move(config)) {
   if (config_.batchSize < 1 || config_.numThreads < 1 || config_.prefetch < 1) {
-    XS_DATA_THROW(ConfigError, "loader: batch size (" + std::to_string(config_.batchSize) +
+    XS_THROW(UsageError, "loader: batch size (" + std::to_string(config_.batchSize) +
                                    "), threads (" + std::to_string(config_.numThreads) +
                                    ") and prefetch (" + std::to_string(config_.prefetch) +
                                    ") must all be >= 1");
   }
   if (sampler_.config().datasetSize != dataset_.size()) {
-    XS_DATA_THROW(ConfigError, "loader: the sampler covers " +
+    XS_THROW(UsageError, "loader: the sampler covers " +
                                    std::to_string(sampler_.config().datasetSize) +
                                    " samples but dataset '" + dataset_.name + "' holds " +
                                    std::to_string(dataset_.size()));
   }
   if (transform_.inChannels() != dataset_.channels || transform_.inHeight() != dataset_.height ||
       transform_.inWidth() != dataset_.width) {
-    XS_DATA_THROW(ConfigError, "loader: the transform expects " +
+    XS_THROW(UsageError, "loader: the transform expects " +
                                    std::to_string(transform_.inChannels()) + "x" +
                                    std::to_string(transform_.inHeight()) + "x" +
                                    std::to_string(transform_.inWidth()) + " images but dataset '" +

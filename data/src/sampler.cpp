@@ -1,12 +1,12 @@
 // sampler.cpp: DistributedSampler (torch semantics: shuffle by seed + epoch, pad or drop, stride).
-#include "xspawn/data/sampler.h"
+#include "xspawn/data/sampler.hpp"
 
 #include <algorithm>
 #include <numeric>
 #include <string>
 
-#include "xspawn/data/error.h"
-#include "xspawn/data/rng.h"
+#include "xspawn/error.hpp"
+#include "xspawn/data/rng.hpp"
 
 namespace xs::data {
 
@@ -23,19 +23,19 @@ std::vector<std::int64_t> seededPermutation(std::int64_t n, std::uint64_t seed) 
 
 DistributedSampler::DistributedSampler(const SamplerConfig& config) : config_(config) {
   if (config.numReplicas < 1 || config.rank < 0 || config.rank >= config.numReplicas) {
-    XS_DATA_THROW(ConfigError, "sampler: rank " + std::to_string(config.rank) +
+    XS_THROW(UsageError, "sampler: rank " + std::to_string(config.rank) +
                                    " is not in [0, " + std::to_string(config.numReplicas) +
                                    "); the world size must be >= 1 and the rank below it");
   }
   if (config.datasetSize <= 0) {
-    XS_DATA_THROW(ConfigError, "sampler: the dataset is empty (" +
+    XS_THROW(UsageError, "sampler: the dataset is empty (" +
                                    std::to_string(config.datasetSize) + " samples)");
   }
   const std::int64_t n = config.datasetSize;
   const std::int64_t r = config.numReplicas;
   numSamples_ = config.dropLast ? n / r : (n + r - 1) / r;
   if (numSamples_ == 0) {
-    XS_DATA_THROW(ConfigError, "sampler: drop_last with " + std::to_string(n) + " samples and " +
+    XS_THROW(UsageError, "sampler: drop_last with " + std::to_string(n) + " samples and " +
                                    std::to_string(r) + " replicas leaves no sample per rank");
   }
 }
@@ -69,7 +69,7 @@ void DistributedSampler::advance(std::int64_t count) {
 
 void DistributedSampler::restore(const SamplerState& state) {
   if (state.epoch < 0 || state.position < 0 || state.position > numSamples_) {
-    XS_DATA_THROW(ConfigError, "sampler: cannot restore epoch " + std::to_string(state.epoch) +
+    XS_THROW(UsageError, "sampler: cannot restore epoch " + std::to_string(state.epoch) +
                                    " position " + std::to_string(state.position) +
                                    "; the position must be in [0, " +
                                    std::to_string(numSamples_) +

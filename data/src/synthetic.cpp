@@ -1,13 +1,13 @@
 // synthetic.cpp: class templates (smooth random fields) plus Gaussian noise, from a seed.
-#include "xspawn/data/synthetic.h"
+#include "xspawn/data/synthetic.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "xspawn/data/error.h"
-#include "xspawn/data/rng.h"
-#include "xspawn/data/transform.h"
+#include "xspawn/error.hpp"
+#include "xspawn/data/rng.hpp"
+#include "xspawn/data/transform.hpp"
 
 namespace xs::data {
 namespace {
@@ -37,7 +37,7 @@ Dataset makeSynthetic(const SyntheticConfig& config, Split split) {
   const std::int64_t count = split == Split::kTrain ? config.trainCount : config.testCount;
   if (count <= 0 || config.channels <= 0 || config.height <= 0 || config.width <= 0 ||
       config.numClasses < 2 || config.numClasses > 256 || !(config.noise >= 0)) {
-    XS_DATA_THROW(ConfigError,
+    XS_THROW(UsageError,
                   "synthetic dataset: invalid settings (count " + std::to_string(count) +
                       ", shape " + std::to_string(config.channels) + "x" +
                       std::to_string(config.height) + "x" + std::to_string(config.width) +

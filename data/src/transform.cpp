@@ -1,13 +1,13 @@
 // transform.cpp: float conversion, bilinear resize (align_corners=False), gray->RGB, padded random
 // crop, horizontal flip, normalisation, and the Transform pipeline that chains them.
-#include "xspawn/data/transform.h"
+#include "xspawn/data/transform.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
-#include "xspawn/data/error.h"
+#include "xspawn/error.hpp"
 
 namespace xs::data {
 namespace {
@@ -109,7 +109,7 @@ Transform::Transform(const TransformConfig& config, int channels, int height, in
       std::to_string(channels) + "x" + std::to_string(height) + "x" + std::to_string(width);
   if (channels <= 0 || height <= 0 || width <= 0 || config.resize < 0 || config.crop < 0 ||
       config.cropPadding < 0) {
-    XS_DATA_THROW(ConfigError, "transform: invalid input shape " + shape + " or negative size (resize " +
+    XS_THROW(UsageError, "transform: invalid input shape " + shape + " or negative size (resize " +
                                    std::to_string(config.resize) + ", crop " +
                                    std::to_string(config.crop) + ", padding " +
                                    std::to_string(config.cropPadding) + ")");
@@ -117,27 +117,27 @@ Transform::Transform(const TransformConfig& config, int channels, int height, in
   sizeH_ = config.resize > 0 ? config.resize : height;
   sizeW_ = config.resize > 0 ? config.resize : width;
   if (config.toRgb && channels != 1 && channels != 3) {
-    XS_DATA_THROW(ConfigError, "transform: to-RGB needs 1 or 3 input channels, got " + shape);
+    XS_THROW(UsageError, "transform: to-RGB needs 1 or 3 input channels, got " + shape);
   }
   outC_ = config.toRgb ? 3 : channels;
   outH_ = config.crop > 0 ? config.crop : sizeH_;
   outW_ = config.crop > 0 ? config.crop : sizeW_;
   if (config.crop > 0 && (config.crop > sizeH_ + 2 * config.cropPadding ||
                           config.crop > sizeW_ + 2 * config.cropPadding)) {
-    XS_DATA_THROW(ConfigError, "transform: crop " + std::to_string(config.crop) +
+    XS_THROW(UsageError, "transform: crop " + std::to_string(config.crop) +
                                    " is larger than the padded image (" + std::to_string(sizeH_) +
                                    "x" + std::to_string(sizeW_) + " + 2x" +
                                    std::to_string(config.cropPadding) + ")");
   }
   if (config.mean.size() != config.std.size() ||
       (!config.mean.empty() && config.mean.size() != static_cast<std::size_t>(outC_))) {
-    XS_DATA_THROW(ConfigError, "transform: normalisation needs one mean and one std per output channel (" +
+    XS_THROW(UsageError, "transform: normalisation needs one mean and one std per output channel (" +
                                    std::to_string(outC_) + "), got " +
                                    std::to_string(config.mean.size()) + " means and " +
                                    std::to_string(config.std.size()) + " stds");
   }
   for (float s : config.std) {
-    if (!(s > 0)) XS_DATA_THROW(ConfigError, "transform: every std must be > 0, got " + std::to_string(s));
+    if (!(s > 0)) XS_THROW(UsageError, "transform: every std must be > 0, got " + std::to_string(s));
   }
 }
 

@@ -7,8 +7,8 @@
 #include <exception>
 #include <string>
 
-#include "xspawn/data/catalog.h"
-#include "xspawn/data/loader.h"
+#include "xspawn/data/catalog.hpp"
+#include "xspawn/data/loader.hpp"
 
 namespace {
 

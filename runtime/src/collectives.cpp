@@ -139,11 +139,13 @@ void* Collectives::sharedAlloc(std::size_t bytes) {
   if (start + bytes > arena_.heapBytes()) {
     XS_THROW(UsageError,
              fmt::format("shared_alloc of {} bytes does not fit the shared heap ({} of {} bytes per "
-                         "rank in use); start the job with a larger --shared-heap",
+                         "rank in use); start the job with a larger --shared-heap (default 1G, reserved, not used, until allocated)",
                          bytes, heapUsed_, arena_.heapBytes()));
   }
+  std::byte* p = arena_.heap(rank_) + start;
+  reserveHeap(context_.segment->name(), static_cast<std::uint64_t>(p - context_.segment->base()), bytes);
   heapUsed_ = start + bytes;
-  return arena_.heap(rank_) + start;
+  return p;
 }
 
 void Collectives::broadcast(void* data, std::size_t count, DType type, int root,

@@ -34,4 +34,24 @@ Flags Flags::deserialize(std::string_view text) {
   return flags;
 }
 
+Flags Flags::fromArgs(int argc, const char* const* argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    const bool dashed = arg.rfind("--", 0) == 0;
+    if (dashed) arg = arg.substr(2);
+    const std::size_t eq = arg.find('=');
+    if (eq != std::string::npos && eq > 0) {
+      flags.set(arg.substr(0, eq), arg.substr(eq + 1));
+    } else if (dashed && !arg.empty()) {
+      const bool hasValue = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0;
+      flags.set(arg, hasValue ? std::string(argv[++i]) : std::string("1"));
+    } else {
+      XS_THROW(UsageError, "argument " + std::to_string(i) + " '" + std::string(argv[i]) +
+                               "' is not an option: write --key value, --key=value or key=value");
+    }
+  }
+  return flags;
+}
+
 }  // namespace xs

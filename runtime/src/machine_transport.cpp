@@ -53,7 +53,10 @@ std::unique_ptr<MachineTransport> loadMpiTransport() {
   if (const char* env = std::getenv("XSPAWN_MPI_MODULE")) tried.emplace_back(env);
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) tried.push_back((exe.parent_path() / kModule).string());
+  if (!ec) {
+    tried.push_back((exe.parent_path() / kModule).string());  // a build tree
+    tried.push_back((exe.parent_path() / XSPAWN_BIN_TO_MODULES / kModule).lexically_normal().string());  // installed
+  }
   tried.emplace_back(kModule);
   std::string errors;
   for (const std::string& path : tried) {

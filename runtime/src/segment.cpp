@@ -112,8 +112,12 @@ std::uint64_t processStartTicks(int pid) {
 }
 
 std::unique_ptr<Segment> Segment::create(const SegmentConfig& config) {
-  const std::uint64_t bytes = config.geometry.totalBytes();
-  requireFreeSpace(kShmDir, bytes);
+  const SegmentGeometry& g = config.geometry;
+  const std::uint64_t bytes = g.totalBytes();
+  // The shared heap is only reserved (a sparse range of the file): its pages are taken from
+  // /dev/shm as shared_alloc hands them out (reserveHeap), so a large default costs nothing.
+  const std::uint64_t heapFirst = g.arenaOffset() + g.heapOffset(), heapEnd = g.arenaOffset() + g.machineOffset();
+  requireFreeSpace(kShmDir, bytes - (heapEnd - heapFirst));
   std::unique_ptr<Segment> seg(new Segment());
   seg->name_ = nameFor(config.jobId);
   bip::permissions perm(0600);
@@ -124,7 +128,9 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& config) {
       shm.truncate(static_cast<bip::offset_t>(bytes));
       int fd = shm.get_mapping_handle().handle;
       ::fchmod(fd, 0600);  // whatever the umask was
-      if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+      int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(heapFirst));
+      if (rc == 0 && bytes > heapEnd) rc = ::posix_fallocate(fd, static_cast<off_t>(heapEnd), static_cast<off_t>(bytes - heapEnd));
+      if (rc != 0) {
         XS_THROW(ShmSpaceError,
                  fmt::format("cannot reserve {} for the job's shared memory in {}: {}; free "
                              "space there or give the container more (docker run --shm-size=1g)",
@@ -151,6 +157,21 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& config) {
   // The fresh pages are zero (every atomic starts at 0); only the header needs values.
   writeHeader(seg->header(), config);
   return seg;
+}
+
+void reserveHeap(const std::string& name, std::uint64_t offset, std::uint64_t bytes) {
+  if (name.empty() || bytes == 0) return;  // private memory: nothing to reserve
+  int fd = ::shm_open(("/" + name).c_str(), O_RDWR, 0);
+  if (fd < 0) XS_THROW(SystemError, fmt::format("cannot open the job's shared memory {}/{}: {}", kShmDir, name, std::strerror(errno)));
+  int rc = ::posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes));
+  ::close(fd);
+  if (rc != 0) {
+    XS_THROW(ShmSpaceError,
+             fmt::format("shared_alloc: cannot take {} more of {} for the shared heap: {}; free space there "
+                         "(see `xspawn clean`), give the container more (docker run --shm-size=1g) or use "
+                         "fewer processes",
+                         humanBytes(bytes), kShmDir, std::strerror(rc)));
+  }
 }
 
 std::unique_ptr<Segment> Segment::createPrivate(const SegmentConfig& config) {

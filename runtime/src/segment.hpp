@@ -85,6 +85,9 @@ class Segment {
 // Fails with ShmSpaceError (size needed, size free, the fix) when `dir` has less than
 // `bytes` free.
 void requireFreeSpace(const std::string& dir, std::uint64_t bytes);
+// Takes the pages of [offset, offset + bytes) of the named segment from /dev/shm (the shared
+// heap is created sparse); ShmSpaceError when there is no room. Nothing for private memory.
+void reserveHeap(const std::string& name, std::uint64_t offset, std::uint64_t bytes);
 
 // The kernel's start time of a process (clock ticks since boot), 0 when it does not exist.
 std::uint64_t processStartTicks(int pid);

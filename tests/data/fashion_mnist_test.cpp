@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "xspawn/data/catalog.h"
+#include "xspawn/data/catalog.hpp"
 
 namespace xs::data {
 namespace {

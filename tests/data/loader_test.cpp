@@ -6,9 +6,9 @@
 #include <chrono>
 #include <thread>
 
-#include "test_util.h"
-#include "xspawn/data/loader.h"
-#include "xspawn/data/synthetic.h"
+#include "test_util.hpp"
+#include "xspawn/data/loader.hpp"
+#include "xspawn/data/synthetic.hpp"
 
 namespace xs::data {
 namespace {
@@ -209,12 +209,12 @@ TEST(Loader, ShutsDownCleanlyMidEpochAndCountsWaiting) {
 TEST(Loader, RejectsBadSettings) {
   const Dataset d = smallDataset();
   const DistributedSampler s({d.size(), 1, 0, true, 0, false});
-  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 0)), ConfigError);
-  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(0)), ConfigError);
-  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 16, 0)), ConfigError);
+  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 0)), UsageError);
+  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(0)), UsageError);
+  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 16, 0)), UsageError);
   EXPECT_THROW(ParallelLoader(d, augmenting(d), DistributedSampler({5, 1, 0, true, 0, false}), config(1)),
-               ConfigError);
-  EXPECT_THROW(ParallelLoader(d, Transform({}, 3, 12, 10), s, config(1)), ConfigError);
+               UsageError);
+  EXPECT_THROW(ParallelLoader(d, Transform({}, 3, 12, 10), s, config(1)), UsageError);
   ParallelLoader notStarted(d, augmenting(d), s, config(1));
   EXPECT_FALSE(notStarted.next().has_value());
 }

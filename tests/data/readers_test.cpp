@@ -1,10 +1,10 @@
 // readers_test.cpp: IDX (raw + gzip), CIFAR-10 and synthetic datasets, and dataset selection.
 #include <gtest/gtest.h>
 
-#include "test_util.h"
-#include "xspawn/data/catalog.h"
-#include "xspawn/data/cifar.h"
-#include "xspawn/data/idx.h"
+#include "test_util.hpp"
+#include "xspawn/data/catalog.hpp"
+#include "xspawn/data/cifar.hpp"
+#include "xspawn/data/idx.hpp"
 
 namespace xs::data {
 namespace {
@@ -96,7 +96,7 @@ TEST(Synthetic, HonoursTheShapeSettings) {
   EXPECT_EQ(d.pixels.size(), 7u * 3 * 9 * 5);
   for (int label : d.labels) EXPECT_TRUE(label >= 0 && label < 4);
   c.channels = 0;
-  EXPECT_THROW(makeSynthetic(c, Split::kTrain), ConfigError);
+  EXPECT_THROW(makeSynthetic(c, Split::kTrain), UsageError);
 }
 
 // A nearest-class-mean classifier fitted on train must do far better than chance on test.
@@ -166,11 +166,11 @@ TEST(Catalog, LoadsByName) {
 TEST(Catalog, RejectsUnknownNamesAndMissingDirs) {
   DatasetSpec spec;
   spec.name = "imagenet";
-  const std::string unknown = test::messageOf<ConfigError>([&] { loadDataset(spec, Split::kTrain); });
+  const std::string unknown = test::messageOf<UsageError>([&] { loadDataset(spec, Split::kTrain); });
   EXPECT_NE(unknown.find("unknown dataset 'imagenet'"), std::string::npos) << unknown;
   EXPECT_NE(unknown.find("fashion-mnist|mnist|cifar10|synthetic"), std::string::npos) << unknown;
   spec.name = "cifar10";
-  EXPECT_THROW(loadDataset(spec, Split::kTrain), ConfigError);
+  EXPECT_THROW(loadDataset(spec, Split::kTrain), UsageError);
   spec.name = "fashion-mnist";
   spec.dir = "/nonexistent/xspawn-fashion";
   const std::string missing = test::messageOf<FileNotFoundError>([&] { loadDataset(spec, Split::kTrain); });

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "test_util.h"
-#include "xspawn/data/sampler.h"
+#include "test_util.hpp"
+#include "xspawn/data/sampler.hpp"
 
 namespace xs::data {
 namespace {
@@ -107,16 +107,16 @@ TEST(Sampler, StateSavesAndRestores) {
   EXPECT_EQ(t.indices(), s.indices());
   t.advance(1000);
   EXPECT_EQ(t.position(), t.numSamples());
-  EXPECT_THROW(t.restore({0, t.numSamples() + 1}), ConfigError);
+  EXPECT_THROW(t.restore({0, t.numSamples() + 1}), UsageError);
   t.setEpoch(5);
   EXPECT_EQ(t.position(), 0);
 }
 
 TEST(Sampler, RejectsBadSettings) {
-  EXPECT_THROW(DistributedSampler({10, 2, 2, true, 0, false}), ConfigError);
-  EXPECT_THROW(DistributedSampler({10, 0, 0, true, 0, false}), ConfigError);
-  EXPECT_THROW(DistributedSampler({0, 1, 0, true, 0, false}), ConfigError);
-  EXPECT_THROW(DistributedSampler({3, 4, 0, true, 0, true}), ConfigError);  // nothing per rank
+  EXPECT_THROW(DistributedSampler({10, 2, 2, true, 0, false}), UsageError);
+  EXPECT_THROW(DistributedSampler({10, 0, 0, true, 0, false}), UsageError);
+  EXPECT_THROW(DistributedSampler({0, 1, 0, true, 0, false}), UsageError);
+  EXPECT_THROW(DistributedSampler({3, 4, 0, true, 0, true}), UsageError);  // nothing per rank
 }
 
 TEST(Sampler, PermutationIsAPermutation) {

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <set>
 
-#include "test_util.h"
-#include "xspawn/data/transform.h"
+#include "test_util.hpp"
+#include "xspawn/data/transform.hpp"
 
 namespace xs::data {
 namespace {
@@ -184,19 +184,19 @@ TEST(Transform, PipelineEqualsTheChainedPrimitives) {
 TEST(Transform, RejectsBadSettings) {
   TransformConfig c;
   c.crop = 40;
-  EXPECT_THROW(Transform(c, 1, 28, 28), ConfigError);
+  EXPECT_THROW(Transform(c, 1, 28, 28), UsageError);
   c = {};
   c.mean = {0.5f};
   c.std = {0.5f};
   c.toRgb = true;
-  EXPECT_THROW(Transform(c, 1, 28, 28), ConfigError);  // 3 output channels need 3 means
+  EXPECT_THROW(Transform(c, 1, 28, 28), UsageError);  // 3 output channels need 3 means
   c = {};
   c.mean = {0.5f};
   c.std = {0.0f};
-  EXPECT_THROW(Transform(c, 1, 28, 28), ConfigError);
+  EXPECT_THROW(Transform(c, 1, 28, 28), UsageError);
   c = {};
   c.toRgb = true;
-  EXPECT_THROW(Transform(c, 2, 28, 28), ConfigError);
+  EXPECT_THROW(Transform(c, 2, 28, 28), UsageError);
 }
 
 }  // namespace

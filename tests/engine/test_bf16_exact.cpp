@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "golden_util.hpp"
-#include "xspawn/engine/gemm.hpp"
-#include "xspawn/engine/ops.hpp"
+#include "gemm.hpp"
+#include "ops.hpp"
 
 namespace xs::engine {
 namespace {

@@ -8,7 +8,8 @@
 
 #include "test_util.hpp"
 #include "xspawn/engine/checkpoint.hpp"
-#include "xspawn/engine/error.hpp"
+#include "xspawn/models.hpp"
+#include "xspawn/error.hpp"
 
 namespace xs::engine {
 namespace {
@@ -20,29 +21,29 @@ class Checkpoint : public ::testing::Test {
              ("xs_engine_ckpt_" + std::to_string(::getpid()) + ".bin")).string();
   }
   void TearDown() override { std::remove(path_.c_str()); }
-  ModelConfig cfg(const std::string& name, std::uint64_t seed) {
-    ModelConfig c;
+  models::ModelConfig cfg(const std::string& name, std::uint64_t seed) {
+    models::ModelConfig c;
     c.name = name;
     c.imageSize = name == "resnet18" ? 8 : 0;
     c.seed = seed;
     return c;
   }
   // One training step so parameters, running statistics and optimizer state are non-trivial.
-  void train(Model& m, Optimizer& opt) {
+  void train(Model& m, optim::Optimizer& opt) {
     Shape in = m.inputShape();
     auto x = test::pattern(4 * in.numel(), 3);
     std::vector<std::int32_t> y{0, 1, 2, 3};
     m.trainStep(x.data(), y.data(), 4);
-    opt.step(m.params());
+    opt.step();
   }
   std::string path_;
   Device dev_;
 };
 
 TEST_F(Checkpoint, RoundTripIsBitExact) {
-  Model a(dev_, cfg("resnet18", 1)), b(dev_, cfg("resnet18", 2));
-  auto oa = makeAdam(dev_, a.params().size(), AdamOptions{});
-  auto ob = makeAdam(dev_, b.params().size(), AdamOptions{});
+  Model a(dev_, models::network(cfg("resnet18", 1)), cfg("resnet18", 1).seed), b(dev_, models::network(cfg("resnet18", 2)), cfg("resnet18", 2).seed);
+  auto oa = optim::Adam(a.params(), dev_, optim::AdamOptions{});
+  auto ob = optim::Adam(b.params(), dev_, optim::AdamOptions{});
   train(a, *oa);
   saveCheckpoint(path_, a, oa.get());
   loadCheckpoint(path_, b, ob.get());
@@ -53,8 +54,8 @@ TEST_F(Checkpoint, RoundTripIsBitExact) {
 }
 
 TEST_F(Checkpoint, CorruptTruncatedAndForeignFilesAreClearErrors) {
-  Model a(dev_, cfg("mlp", 1));
-  auto opt = makeSgd(dev_, a.params().size(), SgdOptions{0.1f, 0.9f});
+  Model a(dev_, models::network(cfg("mlp", 1)), cfg("mlp", 1).seed);
+  auto opt = optim::SGD(a.params(), dev_, optim::SgdOptions{0.1f, 0.9f});
   train(a, *opt);
   saveCheckpoint(path_, a, opt.get());
   auto bytes = std::filesystem::file_size(path_);
@@ -82,17 +83,17 @@ TEST_F(Checkpoint, CorruptTruncatedAndForeignFilesAreClearErrors) {
   std::remove(path_.c_str());
   expectError("cannot open");
   // A different model, or a different optimizer.
-  Model conv(dev_, cfg("convnet", 1));
+  Model conv(dev_, models::network(cfg("convnet", 1)), cfg("convnet", 1).seed);
   saveCheckpoint(path_, conv, nullptr);
   expectError("layout differs");
   saveCheckpoint(path_, a, nullptr);
-  auto adam = makeAdam(dev_, a.params().size(), AdamOptions{});
+  auto adam = optim::Adam(a.params(), dev_, optim::AdamOptions{});
   EXPECT_THROW(loadCheckpoint(path_, a, adam.get()), CheckpointError);
   EXPECT_NO_THROW(loadCheckpoint(path_, a, nullptr));
 }
 
 TEST_F(Checkpoint, SaveLeavesNoTemporaryAndMissingDirectoryIsAClearError) {
-  Model a(dev_, cfg("mlp", 1));
+  Model a(dev_, models::network(cfg("mlp", 1)), cfg("mlp", 1).seed);
   saveCheckpoint(path_, a, nullptr);  // written, fsynced, renamed, directory fsynced
   EXPECT_FALSE(std::filesystem::exists(path_ + ".tmp"));
   EXPECT_NO_THROW(loadCheckpoint(path_, a, nullptr));
@@ -106,7 +107,7 @@ TEST_F(Checkpoint, SaveLeavesNoTemporaryAndMissingDirectoryIsAClearError) {
 }
 
 TEST_F(Checkpoint, OtherVersionIsRejected) {
-  Model a(dev_, cfg("mlp", 1));
+  Model a(dev_, models::network(cfg("mlp", 1)), cfg("mlp", 1).seed);
   saveCheckpoint(path_, a, nullptr);
   {
     std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "xspawn/engine/device.hpp"
-#include "xspawn/engine/error.hpp"
+#include "xspawn/error.hpp"
 #include "xspawn/engine/tensor.hpp"
 
 namespace xs::engine {
@@ -46,8 +46,8 @@ TEST(Device, OutOfMemoryNamesSizes) {
   float* a = dev.allocate(256 * 1024, "weights");  // 1 MiB
   try {
     dev.allocate(512 * 1024, "activations");  // 2 MiB more
-    FAIL() << "expected DeviceOutOfMemory";
-  } catch (const DeviceOutOfMemory& e) {
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
     std::string m = e.what();
     EXPECT_NE(m.find("xcore:2"), std::string::npos) << m;
     EXPECT_NE(m.find("2.0 MiB for activations"), std::string::npos) << m;
@@ -77,13 +77,13 @@ TEST(Device, TensorsReturnMemoryAndTransfer) {
 TEST(Device, BadOptionsAndReleaseAreClearErrors) {
   DeviceOptions o;
   o.memoryBytes = 1000;
-  EXPECT_THROW(Device{o}, ArgumentError);
+  EXPECT_THROW(Device{o}, UsageError);
   o = DeviceOptions{};
   o.ordinal = -1;
-  EXPECT_THROW(Device{o}, ArgumentError);
+  EXPECT_THROW(Device{o}, UsageError);
   Device dev;
   float x = 0;
-  EXPECT_THROW(dev.release(&x), ArgumentError);
+  EXPECT_THROW(dev.release(&x), UsageError);
   EXPECT_THROW(Tensor(dev, Shape{0, 3}), ShapeError);
 }
 
@@ -91,11 +91,11 @@ TEST(Device, ParsesSizesAndPrecisions) {
   EXPECT_EQ(parseMemorySize("512M"), 512u << 20);
   EXPECT_EQ(parseMemorySize("4G"), std::size_t{4} << 30);
   EXPECT_EQ(parseMemorySize("1024"), 1024u);
-  EXPECT_THROW(parseMemorySize("lots"), ArgumentError);
-  EXPECT_THROW(parseMemorySize("5T"), ArgumentError);
-  EXPECT_THROW(parseMemorySize("0"), ArgumentError);
+  EXPECT_THROW(parseMemorySize("lots"), UsageError);
+  EXPECT_THROW(parseMemorySize("5T"), UsageError);
+  EXPECT_THROW(parseMemorySize("0"), UsageError);
   EXPECT_EQ(parsePrecision("bf16"), Precision::kBf16);
-  EXPECT_THROW(parsePrecision("fp16"), ArgumentError);
+  EXPECT_THROW(parsePrecision("fp16"), UsageError);
 }
 
 TEST(Device, BindsToOneCpu) {

@@ -6,10 +6,11 @@
 
 #include "golden_util.hpp"
 #include "test_util.hpp"
-#include "xspawn/engine/gemm.hpp"
+#include "gemm.hpp"
 #include "xspawn/engine/model.hpp"
-#include "xspawn/engine/ops.hpp"
-#include "xspawn/engine/optim.hpp"
+#include "xspawn/models.hpp"
+#include "ops.hpp"
+#include "xspawn/optim.hpp"
 
 namespace xs::engine {
 namespace {
@@ -182,12 +183,12 @@ TEST(Golden, CrossEntropyAndNll) {
   expectClose("log-softmax + nll grad", d.data(), vec(c["nll_grad"]));
 }
 
-std::unique_ptr<Optimizer> optimizerFor(const std::string& name, Device& dev, std::size_t n) {
-  if (name == "sgd_momentum_nesterov_wd") return makeSgd(dev, n, SgdOptions{0.1f, 0.9f, 0.f, 5e-4f, true});
-  if (name == "sgd_momentum_dampening") return makeSgd(dev, n, SgdOptions{0.05f, 0.9f, 0.1f, 0.f, false});
-  if (name == "sgd_plain_wd") return makeSgd(dev, n, SgdOptions{0.1f, 0.f, 0.f, 0.01f, false});
-  if (name == "adam_wd") return makeAdam(dev, n, AdamOptions{1e-2f, 0.8f, 0.99f, 1e-6f, 0.01f});
-  return makeAdam(dev, n, AdamOptions{});
+std::unique_ptr<optim::Optimizer> optimizerFor(const std::string& name, Device& dev, ParamStore& ps) {
+  if (name == "sgd_momentum_nesterov_wd") return optim::SGD(ps, dev, optim::SgdOptions{0.1f, 0.9f, 0.f, 5e-4f, true});
+  if (name == "sgd_momentum_dampening") return optim::SGD(ps, dev, optim::SgdOptions{0.05f, 0.9f, 0.1f, 0.f, false});
+  if (name == "sgd_plain_wd") return optim::SGD(ps, dev, optim::SgdOptions{0.1f, 0.f, 0.f, 0.01f, false});
+  if (name == "adam_wd") return optim::Adam(ps, dev, optim::AdamOptions{1e-2f, 0.8f, 0.99f, 1e-6f, 0.01f});
+  return optim::Adam(ps, dev, optim::AdamOptions{});
 }
 
 TEST(Golden, Optimizers) {
@@ -199,11 +200,11 @@ TEST(Golden, Optimizers) {
     ps.add("p", Shape{static_cast<int>(p0.size())}, Init::kZeros);
     ps.allocate(dev);
     std::copy(p0.begin(), p0.end(), ps.value(0));
-    auto opt = optimizerFor(name, dev, ps.size());
+    auto opt = optimizerFor(name, dev, ps);
     for (std::size_t s = 0; s < c["grads"].size(); ++s) {
       Vec g = vec(c["grads"][s]);
       std::copy(g.begin(), g.end(), ps.grad(0));
-      opt->step(ps);
+      opt->step();
       expectClose(name + " step " + std::to_string(s + 1), ps.value(0), vec(c["after"][s]), 1e-5, 1e-6);
     }
   }
@@ -218,11 +219,11 @@ struct GoldenModel {
   std::vector<std::int32_t> labels;
   GoldenModel(const std::string& name, Precision prec = Precision::kFp32)
       : c(fixture("models.json")[name]), dev([&] { DeviceOptions o; o.precision = prec; return o; }()) {
-    ModelConfig cfg;
+    models::ModelConfig cfg;
     cfg.name = name;
     cfg.imageSize = c["image_size"];
     cfg.dropout = 0.f;
-    m = std::make_unique<Model>(dev, cfg);
+    m = std::make_unique<Model>(dev, models::network(cfg), cfg.seed);
     const auto& views = m->params().views();
     EXPECT_EQ(views.size(), c["init"].size());
     for (std::size_t i = 0; i < views.size(); ++i) {
@@ -296,8 +297,8 @@ void checkModel(const std::string& name) {
   }
   for (auto& [bname, vals] : c["buffers"].items())
     expectClose(bname, m.buffers().value(m.buffers().find(bname)), vec(vals), 1e-3, 1e-5);
-  auto opt = makeSgd(g.dev, m.params().size(), SgdOptions{0.05f, 0.9f, 0.f, 5e-4f});
-  opt->step(m.params());
+  auto opt = optim::SGD(m.params(), g.dev, optim::SgdOptions{0.05f, 0.9f, 0.f, 5e-4f});
+  opt->step();
   for (std::size_t i = 0; i < m.params().views().size(); ++i) {
     const auto& v = m.params().views()[i];
     const json& a = c["after_step"][v.name];

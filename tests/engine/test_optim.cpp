@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "xspawn/engine/error.hpp"
-#include "xspawn/engine/optim.hpp"
+#include "xspawn/error.hpp"
+#include "xspawn/optim.hpp"
 
 namespace xs::engine {
 namespace {
@@ -26,15 +26,15 @@ struct Fixture {
 
 TEST(Optim, SgdMomentumNesterovWeightDecay) {
   Fixture f;
-  auto opt = makeSgd(f.dev, f.ps.size(), SgdOptions{0.1f, 0.9f, 0.f, 0.01f, true});
+  auto opt = optim::SGD(f.ps, f.dev, optim::SgdOptions{0.1f, 0.9f, 0.f, 0.01f, true});
   // Step 1: d = g + wd p; buf = d; p -= lr (d + mu buf)
   f.setGrad(0.5f, 0.25f);
-  opt->step(f.ps);
+  opt->step();
   float d0 = 0.5f + 0.01f * 1.f, p0 = 1.f - 0.1f * (d0 + 0.9f * d0);
   EXPECT_FLOAT_EQ(f.ps.value(0)[0], p0);
   // Step 2: buf = mu buf + d
   f.setGrad(-1.f, 0.f);
-  opt->step(f.ps);
+  opt->step();
   float d1 = -1.f + 0.01f * p0, b1 = 0.9f * d0 + d1;
   EXPECT_FLOAT_EQ(f.ps.value(0)[0], p0 - 0.1f * (d1 + 0.9f * b1));
   EXPECT_EQ(opt->steps(), 2u);
@@ -43,24 +43,24 @@ TEST(Optim, SgdMomentumNesterovWeightDecay) {
 
 TEST(Optim, PlainSgd) {
   Fixture f;
-  auto opt = makeSgd(f.dev, f.ps.size(), SgdOptions{0.5f});
+  auto opt = optim::SGD(f.ps, f.dev, optim::SgdOptions{0.5f});
   f.setGrad(2.f, -2.f);
-  opt->step(f.ps);
+  opt->step();
   EXPECT_FLOAT_EQ(f.ps.value(0)[0], 0.f);
   EXPECT_FLOAT_EQ(f.ps.value(0)[1], -1.f);
 }
 
 TEST(Optim, AdamTwoSteps) {
   Fixture f;
-  AdamOptions o;
+  optim::AdamOptions o;
   o.lr = 0.01f;
   o.weightDecay = 0.1f;
-  auto opt = makeAdam(f.dev, f.ps.size(), o);
+  auto opt = optim::Adam(f.ps, f.dev, o);
   double p = 1.0, m = 0, v = 0;
   for (int t = 1; t <= 2; ++t) {
     double g = (t == 1 ? 0.3 : -0.7) + 0.1 * p;
     f.setGrad(t == 1 ? 0.3f : -0.7f, 0.f);
-    opt->step(f.ps);
+    opt->step();
     m = 0.9 * m + 0.1 * g;
     v = 0.999 * v + 0.001 * g * g;
     double denom = std::sqrt(v) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8;
@@ -70,18 +70,73 @@ TEST(Optim, AdamTwoSteps) {
 }
 
 TEST(Optim, StepLrAndErrors) {
-  StepLr s{0.1f, 80, 0.1f};
+  optim::StepLR s{0.1f, 80, 0.1f};
   EXPECT_FLOAT_EQ(s.at(0), 0.1f);
   EXPECT_FLOAT_EQ(s.at(79), 0.1f);
   EXPECT_FLOAT_EQ(s.at(80), 0.01f);
   EXPECT_FLOAT_EQ(s.at(165), 0.001f);
-  EXPECT_THROW((StepLr{0.1f, 0, 0.1f}.at(3)), ArgumentError);
-  Device dev;
-  EXPECT_THROW(makeSgd(dev, 4, SgdOptions{-1.f}), ArgumentError);
-  EXPECT_THROW(makeSgd(dev, 4, SgdOptions{0.1f, 0.f, 0.f, 0.f, true}), ArgumentError);
-  AdamOptions bad;
+  EXPECT_THROW((optim::StepLR{0.1f, 0, 0.1f}.at(3)), UsageError);
+  Fixture f;
+  EXPECT_THROW(optim::SGD(f.ps, f.dev, optim::SgdOptions{-1.f}), UsageError);
+  EXPECT_THROW(optim::SGD(f.ps, f.dev, optim::SgdOptions{0.1f, 0.f, 0.f, 0.f, true}), UsageError);
+  optim::AdamOptions bad;
   bad.beta1 = 1.f;
-  EXPECT_THROW(makeAdam(dev, 4, bad), ArgumentError);
+  EXPECT_THROW(optim::Adam(f.ps, f.dev, bad), UsageError);
+}
+
+TEST(Optim, AdamWDecouplesTheWeightDecay) {
+  Fixture f;
+  optim::AdamWOptions o;
+  o.lr = 0.01f;
+  o.weightDecay = 0.1f;
+  auto opt = optim::AdamW(f.ps, f.dev, o);
+  EXPECT_STREQ(opt->kind(), "adamw");
+  double p = 1.0, m = 0, v = 0;
+  for (int t = 1; t <= 3; ++t) {
+    const double g = 0.5 * t;
+    f.setGrad(static_cast<float>(g), 0.f);
+    opt->step();
+    // torch.optim.AdamW: p *= 1 - lr wd; then Adam on the raw gradient.
+    p *= 1.0 - 0.01 * 0.1;
+    m = 0.9 * m + 0.1 * g;
+    v = 0.999 * v + 0.001 * g * g;
+    const double mhat = m / (1 - std::pow(0.9, t)), vhat = v / (1 - std::pow(0.999, t));
+    p -= 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+    EXPECT_NEAR(f.ps.value(0)[0], p, 1e-6) << "step " << t;
+  }
+}
+
+TEST(Optim, AdadeltaFollowsTorch) {
+  Fixture f;
+  optim::AdadeltaOptions o;  // lr 1.0, rho 0.9, eps 1e-6 as in PyTorch's MNIST example
+  auto opt = optim::Adadelta(f.ps, f.dev, o);
+  EXPECT_STREQ(opt->kind(), "adadelta");
+  EXPECT_EQ(opt->state().size(), 2u);
+  double p = 1.0, sq = 0, acc = 0;
+  for (int t = 1; t <= 3; ++t) {
+    const double g = t == 2 ? -0.3 : 0.8;
+    f.setGrad(static_cast<float>(g), 0.f);
+    opt->step();
+    sq = 0.9 * sq + 0.1 * g * g;
+    const double delta = std::sqrt(acc + 1e-6) / std::sqrt(sq + 1e-6) * g;
+    acc = 0.9 * acc + 0.1 * delta * delta;
+    p -= 1.0 * delta;
+    EXPECT_NEAR(f.ps.value(0)[0], p, 1e-6) << "step " << t;
+  }
+  optim::AdadeltaOptions bad;
+  bad.rho = 1.5f;
+  EXPECT_THROW(optim::Adadelta(f.ps, f.dev, bad), UsageError);
+}
+
+TEST(Optim, CosineAnnealing) {
+  optim::CosineAnnealingLR c{0.1f, 10, 0.001f};
+  EXPECT_FLOAT_EQ(c.at(0), 0.1f);
+  EXPECT_NEAR(c.at(5), 0.001 + 0.099 * 0.5, 1e-7);
+  EXPECT_FLOAT_EQ(c.at(10), 0.001f);
+  EXPECT_FLOAT_EQ(c.at(12), 0.001f);
+  EXPECT_THROW((optim::CosineAnnealingLR{0.1f, 0}.at(1)), UsageError);
+  optim::StepLR seed002{1.0f, 1, 0.7f};
+  EXPECT_NEAR(seed002.at(3), 0.343, 1e-6);
 }
 
 }  // namespace

@@ -9,10 +9,12 @@
 #include <limits>
 #include <vector>
 
-#include "xspawn/engine/error.hpp"
-#include "xspawn/engine/ops.hpp"
+#include "xspawn/error.hpp"
+#include "ops.hpp"
 
 using namespace xs::engine;
+using xs::ShapeError;
+using xs::UsageError;
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "xspawn/engine/rng.hpp"
+#include "rng.hpp"
 
 namespace xs::engine::test {
 

@@ -9,8 +9,9 @@
 #include "train_checkpoint.hpp"
 #include "train_test_util.hpp"
 #include "xspawn/engine/device.hpp"
+#include "xspawn/models.hpp"
 #include "xspawn/engine/model.hpp"
-#include "xspawn/engine/optim.hpp"
+#include "xspawn/optim.hpp"
 
 namespace xs::train::test {
 namespace {
@@ -90,10 +91,10 @@ TEST(TrainCheckpoint, DirectoryHoldsOneCommittedCheckpoint) {
 TEST(TrainCheckpoint, InterruptedWriteKeepsThePreviousCheckpoint) {
   fs::path dir = freshDir("atomic");
   engine::Device dev;
-  engine::ModelConfig cfg;
+  models::ModelConfig cfg;
   cfg.name = "mlp";
-  engine::Model model(dev, cfg);
-  auto opt = engine::makeSgd(dev, model.params().size(), engine::SgdOptions{0.1f, 0.9f});
+  engine::Model model(dev, models::network(cfg), (cfg).seed);
+  auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.1f, 0.9f});
   TrainState st;
   st.step = 7;
   st.model = "mlp";

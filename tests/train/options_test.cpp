@@ -5,7 +5,8 @@
 
 #include "options.hpp"
 #include "plan.hpp"
-#include "train_error.hpp"
+#include "xspawn/train.hpp"
+#include "xspawn/error.hpp"
 
 namespace xs::train {
 namespace {
@@ -41,18 +42,18 @@ TEST(TrainOptions, ExplicitValuesWin) {
 }
 
 TEST(TrainOptions, BadValuesThrow) {
-  EXPECT_THROW(parseOptions({"--batch-size", "0"}), TrainError);
-  EXPECT_THROW(parseOptions({"--model", "vgg"}), TrainError);
-  EXPECT_THROW(parseOptions({"--epochs", "x"}), TrainError);
-  EXPECT_THROW(parseOptions({"--augment", "maybe"}), TrainError);
-  EXPECT_THROW(parseOptions({"--stop-at-accuracy", "101"}), TrainError);
-  EXPECT_THROW(parseOptions({"--stop-at-accuracy", "-1"}), TrainError);
-  EXPECT_THROW(parseOptions({"--bucket-mb", "-1"}), TrainError);
-  EXPECT_THROW(parseOptions({"--bucket-mb", "5000"}), TrainError);
+  EXPECT_THROW(parseOptions({"--batch-size", "0"}), UsageError);
+  EXPECT_THROW(parseOptions({"--model", "vgg"}), UsageError);
+  EXPECT_THROW(parseOptions({"--epochs", "x"}), UsageError);
+  EXPECT_THROW(parseOptions({"--augment", "maybe"}), UsageError);
+  EXPECT_THROW(parseOptions({"--stop-at-accuracy", "101"}), UsageError);
+  EXPECT_THROW(parseOptions({"--stop-at-accuracy", "-1"}), UsageError);
+  EXPECT_THROW(parseOptions({"--bucket-mb", "-1"}), UsageError);
+  EXPECT_THROW(parseOptions({"--bucket-mb", "5000"}), UsageError);
   EXPECT_DOUBLE_EQ(parseOptions({"--bucket-mb", "25"}).bucketMb, 25.0);
   EXPECT_DOUBLE_EQ(parseOptions({"--stop-at-accuracy", "90"}).stopAtAccuracy, 90.0);
   TrainOptions o = parseOptions({"--dataset", "cifar10"});
-  EXPECT_THROW(resolveDefaults(o), TrainError);
+  EXPECT_THROW(resolveDefaults(o), UsageError);
 }
 
 TEST(TrainPlan, SharedHeapHoldsTheGradients) {
@@ -61,7 +62,7 @@ TEST(TrainPlan, SharedHeapHoldsTheGradients) {
   std::size_t floats = gradientFloats(o);
   EXPECT_GT(floats, 90000u);  // seed 004's convnet: about 93k parameters
   std::size_t bytes = sharedHeapBytes(floats);
-  EXPECT_GE(bytes, (floats + kStatFloats) * sizeof(float));
+  EXPECT_GE(bytes, (floats + xs::kStepStats) * sizeof(float));
   auto j = nlohmann::json::parse(makePlan(o));
   EXPECT_EQ(j["shared_heap_bytes"].get<std::size_t>(), bytes);
 }
@@ -73,7 +74,7 @@ TEST(TrainPlan, ErrorsLoseTheirSourceLocation) {
     makePlan(o);
     FAIL() << "expected an error";
   } catch (const std::exception& e) {
-    std::string m = userMessage(e);
+    std::string m = std::string(e.what());
     EXPECT_NE(m.find("63"), std::string::npos) << m;
     EXPECT_EQ(m.find(".cpp:"), std::string::npos) << m;
   }

@@ -9,8 +9,9 @@
 #include "train_checkpoint.hpp"
 #include "train_test_util.hpp"
 #include "xspawn/engine/device.hpp"
+#include "xspawn/models.hpp"
 #include "xspawn/engine/model.hpp"
-#include "xspawn/engine/optim.hpp"
+#include "xspawn/optim.hpp"
 
 namespace xs::train::test {
 namespace {
@@ -123,10 +124,10 @@ TEST(TrainRun, SameCommandSameWeights) {
 std::vector<float> weightsOf(const fs::path& dir) {
   TrainState s = readTrainState(dir.string());
   engine::Device dev;
-  engine::ModelConfig cfg;
+  models::ModelConfig cfg;
   cfg.name = s.model;
-  engine::Model model(dev, cfg);
-  auto opt = engine::makeSgd(dev, model.params().size(), engine::SgdOptions{0.05f, 0.9f});
+  engine::Model model(dev, models::network(cfg), (cfg).seed);
+  auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.05f, 0.9f});
   loadTrainCheckpoint(dir.string(), model, *opt);
   return std::vector<float>(model.params().values(), model.params().values() + model.params().size());
 }
@@ -143,10 +144,10 @@ TEST(TrainRun, WorkersTimesBatchEqualsOneWorkerWithTheWholeBatch) {
   double worst = 0, moved = 0;
   std::vector<float> init = [] {
     engine::Device dev;
-    engine::ModelConfig cfg;
+    models::ModelConfig cfg;
     cfg.name = "mlp";
     cfg.seed = 1234;
-    engine::Model m(dev, cfg);
+    engine::Model m(dev, models::network(cfg), (cfg).seed);
     return std::vector<float>(m.params().values(), m.params().values() + m.params().size());
   }();
   for (std::size_t i = 0; i < a.size(); ++i) {

@@ -47,6 +47,10 @@ class Flags {
     return get<std::string>(key, std::string(fallback));
   }
   const std::map<std::string, std::string>& values() const { return values_; }
+  // Flags from a program's command line: "--key value", "--key=value" or "key=value"; a lone
+  // "--switch" (followed by another option or nothing) is "1". UsageError on anything else,
+  // naming the argument.
+  static Flags fromArgs(int argc, const char* const* argv);
   // "key=value" lines, and back: how flags travel to exec'd workers.
   std::string serialize() const;
   static Flags deserialize(std::string_view text);

@@ -39,7 +39,10 @@ struct SpawnOptions {
   std::size_t stageBytes = 2 * 1024 * 1024;
   std::size_t ringSlots = 8;
   std::size_t ringSlotBytes = 128 * 1024;
-  std::size_t sharedHeapBytes = 0;
+  // The shared heap per rank (xs::shared_alloc, xs::optimizer_step's gradients): reserved, not
+  // used: its pages come from /dev/shm only as allocations take them, so the default needs no
+  // sizing for any network up to 250M parameters.
+  std::size_t sharedHeapBytes = std::size_t{1} << 30;
   // Jobs spanning machines (under mpirun): the buffer that carries rendezvous payloads
   // between this machine's ranks and the launcher's MPI proxy.
   std::size_t machineBufferBytes = 4 * 1024 * 1024;

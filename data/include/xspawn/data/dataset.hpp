@@ -1,0 +1,56 @@
+// dataset.h: an in-memory image classification dataset: uint8 pixels [N, C, H, W] + int32 labels.
+// Readers (IDX, CIFAR-10) and the synthetic generator all produce this; transforms turn one
+// image into float32 CHW.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace xs::data {
+
+enum class Split { kTrain, kTest };
+
+const char* splitName(Split split);  // "train" / "test"
+
+struct Dataset {
+  std::string name;  // "fashion-mnist", "mnist", "cifar10", "synthetic"
+  Split split = Split::kTrain;
+  int channels = 0;
+  int height = 0;
+  int width = 0;
+  int numClasses = 0;
+  std::vector<std::uint8_t> pixels;  // [N, C, H, W]
+  std::vector<std::int32_t> labels;  // [N], each in [0, numClasses)
+
+  std::int64_t size() const { return static_cast<std::int64_t>(labels.size()); }
+  std::int64_t imageSize() const { return std::int64_t{channels} * height * width; }  // C*H*W
+  const std::uint8_t* image(std::int64_t i) const { return pixels.data() + i * imageSize(); }
+};
+
+// A dataset of the program's own images held in memory: pixels [count, c, h, w] as uint8 and
+// labels in [0, numClasses). UsageError (naming the first bad label or the size mismatch) when
+// they do not fit together.
+Dataset fromMemory(std::string name, Split split, int channels, int height, int width, int numClasses,
+                   std::vector<std::uint8_t> pixels, std::vector<std::int32_t> labels);
+
+// A dataset made by calling `sample(index, pixels)` for index 0..count-1: it writes the image
+// (c * h * w uint8 values) and returns its label. Called once per sample, in order, at
+// construction (so every rank holds the same data and the loader's threads never call it).
+using SampleFn = std::function<std::int32_t(std::int64_t index, std::uint8_t* pixels)>;
+Dataset fromFunction(std::string name, Split split, std::int64_t count, int channels, int height, int width,
+                     int numClasses, const SampleFn& sample);
+
+// One line for logs, e.g. "fashion-mnist train: 60000 images of 1x28x28, 10 classes".
+std::string describe(const Dataset& dataset);
+
+// Per-channel mean and standard deviation of the pixels in [0, 1] (for normalisation), e.g.
+// about 0.2860 / 0.3530 for the Fashion-MNIST training set.
+struct ChannelStats {
+  std::vector<float> mean;
+  std::vector<float> std;
+};
+ChannelStats computeChannelStats(const Dataset& dataset);
+
+}  // namespace xs::data

@@ -1,0 +1,32 @@
+// data_setup.hpp: from the options to datasets and transforms: the worker's loading, and the
+// plan's cheap checks of the dataset files (headers and sizes, without reading the images).
+#pragma once
+
+#include "options.hpp"
+#include "xspawn/data/catalog.hpp"
+#include "xspawn/data/dataset.hpp"
+#include "xspawn/data/transform.hpp"
+
+namespace xs::train {
+
+// Channels of the dataset's images: 3 for cifar10, 1 otherwise.
+int datasetChannels(const TrainOptions& o);
+// Channels the model sees: alexnet and resnet18 take RGB (grey images are repeated).
+int modelChannels(const TrainOptions& o);
+
+data::DatasetSpec datasetSpec(const TrainOptions& o);
+
+// Train transform (resize, RGB, augmentation, normalisation) and test transform (the same
+// without the random parts), for images of `channels` x `size` x `size`.
+data::TransformConfig trainTransform(const TrainOptions& o, const data::Dataset& train);
+data::TransformConfig testTransform(const TrainOptions& o, const data::Dataset& train);
+
+// Loads a split, cut to --train-size / --test-size.
+data::Dataset loadSplit(const TrainOptions& o, data::Split split);
+
+// Checks that the dataset's files exist and that their headers and sizes are consistent,
+// reading a few bytes of each (the gzip trailer gives a .gz file's decompressed size).
+// Throws the data pipeline's errors (FileNotFoundError, FormatError, ...).
+void checkDatasetFiles(const TrainOptions& o);
+
+}  // namespace xs::train

@@ -1,0 +1,63 @@
+// trainer.hpp: one worker's training run: data, model replica, optimizer, the data-parallel
+// step (local forward/backward, all-reduce-mean of the gradients, update), evaluation,
+// checkpoints, the replica check and the summary.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "console.hpp"
+#include "options.hpp"
+#include "xspawn/data/loader.hpp"
+#include "xspawn/engine/device.hpp"
+#include "xspawn/engine/model.hpp"
+#include "xspawn/optim.hpp"
+#include "xspawn/train.hpp"
+
+namespace xs::train {
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainOptions& options);
+  ~Trainer();
+  // Trains; returns the process exit status (0, or 3 when the replicas' weights differ).
+  int run();
+
+ private:
+  struct Step {
+    double compute = 0, allReduce = 0;
+  };
+  Step step(const data::Batch& batch);
+  float lrAt(std::int64_t epoch) const;
+  void resume();
+  void saveCheckpoint(std::int64_t epoch, data::SamplerState sampler);
+  xs::EvalResult evaluateAndReport(std::int64_t epoch);
+  void metrics(const nlohmann::json& line);
+  int finish(double wallSeconds);
+
+  TrainOptions o_;
+  int rank_ = 0, world_ = 1;
+  bool master_ = false;
+  data::Dataset train_, test_;
+  std::unique_ptr<engine::Device> device_;
+  std::unique_ptr<engine::Model> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  float stepStats_[2] = {};  // the step's loss and correct count: local, then means over ranks
+  std::unique_ptr<data::ParallelLoader> loader_;
+  std::unique_ptr<data::Transform> testTransform_;
+  Progress progress_;
+  std::ofstream metrics_;
+
+  std::int64_t step_ = 0;        // optimizer steps done (global, identical on every rank)
+  std::int64_t firstEpoch_ = 0;
+  std::int64_t images_ = 0;      // images this run trained on, over all ranks
+  double lastLoss_ = 0;
+  xs::EvalResult lastEval_;
+  bool evaluated_ = false;       // lastEval_ is of the current weights
+  RankStats stats_;
+};
+
+}  // namespace xs::train

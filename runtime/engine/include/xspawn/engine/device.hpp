@@ -1,0 +1,87 @@
+// device.hpp: xs::engine::Device, one emulated accelerator core: its memory arena (capacity,
+// peak use, clear out-of-memory errors), its CPU binding, its precision and its scratch space.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace xs::engine {
+
+// How the matrix unit multiplies: fp32, or bf16 products with fp32 accumulation (a TPU's MXU).
+enum class Precision { kFp32, kBf16 };
+
+// "fp32" / "bf16"; parsePrecision throws UsageError on anything else.
+const char* precisionName(Precision p);
+Precision parsePrecision(const std::string& name);
+
+// Settings of one emulated core (the trainer fills them from --device-memory, --precision).
+struct DeviceOptions {
+  int ordinal = 0;                          // the core's number: the device is named xcore:<ordinal>
+  std::size_t memoryBytes = std::size_t{4} << 30;  // arena capacity (virtual until touched)
+  Precision precision = Precision::kFp32;
+  bool bindCpu = false;                     // pin the calling thread to one CPU core
+  int cpu = -1;                             // that core; -1 means ordinal modulo the CPUs we may use
+};
+
+// Parses a memory size such as "512M", "4G", "1073741824" into bytes; throws UsageError.
+std::size_t parseMemorySize(const std::string& text);
+
+class Device {
+ public:
+  explicit Device(const DeviceOptions& options = {});
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const std::string& name() const { return name_; }
+  int ordinal() const { return options_.ordinal; }
+  Precision precision() const { return options_.precision; }
+  const DeviceOptions& options() const { return options_; }
+  int cpu() const { return cpu_; }  // the bound CPU, -1 when not bound
+
+  // Arena allocation, 64-byte aligned; what names the buffer in out-of-memory errors.
+  float* allocate(std::size_t floats, const char* what);
+  void release(float* p);
+  std::size_t capacity() const { return options_.memoryBytes; }
+  std::size_t inUse() const { return inUse_; }
+  std::size_t peak() const { return peak_; }
+  void resetPeak() { peak_ = inUse_; }
+
+  // Scratch buffer number slot (0..kScratchSlots-1) of at least floats floats; reused by
+  // kernels (im2col columns, bf16 copies). Valid until the next call with the same slot.
+  static constexpr int kScratchSlots = 8;
+  float* scratch(int slot, std::size_t floats);
+
+  // Host <-> device copies: the only way data enters or leaves the device.
+  void copyToDevice(float* dst, const float* src, std::size_t floats);
+  void copyToHost(float* dst, const float* src, std::size_t floats) const;
+  std::uint64_t bytesToDevice() const { return bytesIn_; }
+
+  // State a kernel keeps per device (e.g. cached primitives and their staging buffers in this
+  // arena); released before the arena when the device goes away.
+  struct KernelState {
+    virtual ~KernelState() = default;
+  };
+  static constexpr int kKernelSlots = 2;
+  KernelState* kernelState(int slot) const { return kernelStates_[slot].get(); }
+  void setKernelState(int slot, std::unique_ptr<KernelState> s) { kernelStates_[slot] = std::move(s); }
+
+ private:
+  DeviceOptions options_;
+  std::string name_;
+  int cpu_ = -1;
+  char* base_ = nullptr;
+  std::size_t inUse_ = 0, peak_ = 0;
+  std::map<std::size_t, std::size_t> free_;            // offset -> size of free blocks
+  std::unordered_map<std::size_t, std::size_t> used_;  // offset -> size of live blocks
+  std::vector<std::pair<float*, std::size_t>> scratch_;
+  std::uint64_t bytesIn_ = 0;
+  std::unique_ptr<KernelState> kernelStates_[kKernelSlots];
+};
+
+}  // namespace xs::engine

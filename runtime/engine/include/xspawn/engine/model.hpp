@@ -1,0 +1,111 @@
+// model.hpp: engine::Model, a network (built from xs::nn layers) wrapped with a cross-entropy
+// loss on one emulated core (Device): its flat parameter, gradient and running-statistics
+// buffers, and the train/eval steps a training loop calls. The built-in networks are in
+// xspawn/models.hpp; any other network is built the same way.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xspawn/engine/device.hpp"
+#include "xspawn/nn.hpp"
+#include "xspawn/engine/params.hpp"
+#include "xspawn/engine/tensor.hpp"
+
+namespace xs::engine {
+
+// What a Model trains: a network, the per-sample input it takes and the classes it predicts.
+struct Network {
+  std::unique_ptr<nn::Sequential> layers;  // ends in numClasses logits per sample
+  Shape input;                             // per sample: [c, h, w] (or [features])
+  int numClasses = 10;
+  std::string name = "custom";             // recorded in checkpoints; a load checks it
+};
+
+struct StepResult {
+  float loss = 0;   // mean cross-entropy over the batch
+  int correct = 0;  // samples whose arg-max logit is the label
+  int batch = 0;
+};
+
+class Model {
+ public:
+  // Builds `network` on dev and initialises it from `seed` (PyTorch's default rules: the same
+  // seed gives bit-identical initial weights on every rank). Throws ShapeError when the network
+  // does not take network.input or does not end in network.numClasses logits.
+  Model(Device& dev, Network network, std::uint64_t seed);
+  ~Model();
+
+  const std::string& name() const { return name_; }
+  Device& device() { return dev_; }
+  Shape inputShape() const { return input_; }  // per sample: [c, h, w]
+  int numClasses() const { return numClasses_; }
+  std::uint64_t seed() const { return seed_; }
+  double forwardFlopsPerSample() const { return flops_; }
+
+  // Host -> device transfer of a batch: images [batch, c, h, w], labels [batch] in
+  // [0, numClasses). A batch of another per-sample shape is refused (ShapeError).
+  void setBatch(const float* images, const std::int32_t* labels, int batch);
+  void setBatch(const float* images, const std::int32_t* labels, int batch, const Shape& sample);
+  // Logits [batch, classes] of the current batch; train selects batch statistics and dropout.
+  const Tensor& forward(bool train);
+  float loss();      // mean cross-entropy of the last forward
+  int correct();     // correct predictions of the last forward
+  void backward();   // accumulates d loss / d params into the gradient buffer
+
+  // zeroGrad + setBatch + forward(train) + loss + backward.
+  StepResult trainStep(const float* images, const std::int32_t* labels, int batch);
+  // setBatch + forward(eval) + loss.
+  StepResult evaluate(const float* images, const std::int32_t* labels, int batch);
+
+  ParamStore& params() { return params_; }
+  ParamStore& buffers() { return buffers_; }  // BatchNorm running statistics
+  std::size_t gradientCount() const { return params_.size(); }
+  // Places the gradient buffer in caller memory (gradientCount() floats, 64-byte aligned).
+  void bindGradients(float* external, std::size_t count) { params_.bindGradients(external, count); }
+  void zeroGrad() { params_.zeroGrad(); }
+  // Re-initialises parameters and running statistics from seed.
+  void initialize(std::uint64_t seed);
+
+  // Training forwards run so far: dropout masks are drawn from (seed, step), so a resumed run
+  // sets it to the steps already trained to continue the same mask sequence.
+  std::uint64_t step() const { return step_; }
+  void setStep(std::uint64_t step) { step_ = step; }
+
+  // Called during backward() each time a contiguous range [offset, offset + count) of the flat
+  // gradient buffer is final (one call per layer with parameters, roughly last layer first);
+  // the calls cover the whole buffer (alignment gaps included) exactly once per backward. Lets
+  // a trainer start reducing gradients while backward runs. An empty function removes it.
+  using GradReadyHook = std::function<void(std::size_t offset, std::size_t count)>;
+  void setGradReadyHook(GradReadyHook hook) { gradReady_ = std::move(hook); }
+
+  // State a library above the engine keeps with the model (xs::optimizer_step keeps the
+  // gradients' shared buffers there); destroyed before the rest of the model.
+  struct Attachment {
+    virtual ~Attachment() = default;
+  };
+  Attachment* attachment() const { return attachment_.get(); }
+  void setAttachment(std::unique_ptr<Attachment> a) { attachment_ = std::move(a); }
+
+ private:
+  Device& dev_;
+  std::string name_;
+  Shape input_;
+  int numClasses_ = 0;
+  std::uint64_t seed_ = 0;
+  double flops_ = 0;
+  ParamStore params_{true}, buffers_{false};
+  std::unique_ptr<nn::Sequential> net_;
+  Tensor images_, labels_, probs_, dlogits_;
+  const Tensor* logits_ = nullptr;
+  int batch_ = 0;
+  bool train_ = false;
+  std::uint64_t step_ = 0;
+  GradReadyHook gradReady_;
+  std::unique_ptr<Attachment> attachment_;  // last: goes first
+};
+
+}  // namespace xs::engine

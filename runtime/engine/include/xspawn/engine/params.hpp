@@ -1,0 +1,63 @@
+// params.hpp: ParamStore, one flat buffer of values (and one of gradients) with named views,
+// so a step's gradients are one contiguous all-reduce and can live in caller-provided memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xspawn/engine/device.hpp"
+#include "xspawn/engine/tensor.hpp"
+
+namespace xs::engine {
+
+enum class Init { kUniform, kOnes, kZeros };
+
+struct ParamView {
+  std::string name;    // PyTorch-style: "features.0.weight"
+  Shape shape;
+  std::size_t offset;  // in floats, into the flat buffer
+  std::size_t count;
+  Init init;
+  float bound;         // kUniform: values in [-bound, bound)
+};
+
+class ParamStore {
+ public:
+  explicit ParamStore(bool withGrads) : withGrads_(withGrads) {}
+  // Registers a view (before allocate); returns its index. Offsets are 16-float aligned.
+  std::size_t add(const std::string& name, const Shape& shape, Init init, float bound = 0.f);
+  // Allocates the value (and gradient) buffers on dev, zeroed.
+  void allocate(Device& dev);
+  // Fills every view from its init rule; view i draws from stream mix64(seed ^ hash(name)).
+  void initialize(std::uint64_t seed);
+
+  float* value(std::size_t i) { return values_.data() + views_[i].offset; }
+  float* grad(std::size_t i) { return grads_ + views_[i].offset; }
+  float* values() { return values_.data(); }
+  const float* values() const { return values_.data(); }
+  float* grads() { return grads_; }
+  const float* grads() const { return grads_; }
+  std::size_t size() const { return size_; }  // floats in each flat buffer (with alignment gaps)
+  std::size_t paramCount() const;             // floats in the views
+  const std::vector<ParamView>& views() const { return views_; }
+  // Index of the view with that name; throws UsageError naming it when absent.
+  std::size_t find(const std::string& name) const;
+
+  // Moves the gradients into external memory of count == size() floats (e.g. a shared-memory
+  // segment for a zero-copy all-reduce); the current gradients are copied there.
+  void bindGradients(float* external, std::size_t count);
+  bool gradientsExternal() const { return external_; }
+  void zeroGrad();
+
+ private:
+  bool withGrads_;
+  std::vector<ParamView> views_;
+  std::size_t size_ = 0;
+  Tensor values_, ownGrads_;
+  float* grads_ = nullptr;
+  bool external_ = false;
+};
+
+}  // namespace xs::engine

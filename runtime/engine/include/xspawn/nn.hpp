@@ -1,0 +1,116 @@
+// nn.hpp: the layers a network is built from (xs::nn, after torch.nn): Conv2d, Linear, ReLU,
+// MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, BatchNorm2d, Dropout, Flatten, the ResNet BasicBlock,
+// and Sequential to chain them. Each module owns its output and input-gradient tensors on the
+// emulated core, keeps its parameters in the model's flat buffers and names them PyTorch-style
+// ("features.0.weight"), so a network built here maps one to one onto its PyTorch twin.
+// Wrap a network into a trainable engine::Model (model.hpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xspawn/engine/params.hpp"
+#include "xspawn/engine/tensor.hpp"
+
+namespace xs::nn {
+
+using engine::Device;
+using engine::ParamStore;
+using engine::Shape;
+using engine::Tensor;
+
+// What a forward/backward pass runs with.
+struct Context {
+  Device& dev;
+  ParamStore& params;
+  ParamStore& buffers;  // running statistics
+  bool train = true;
+  std::uint64_t seed = 0;  // dropout masks
+  std::uint64_t step = 0;
+  // Told when a range of the flat gradient buffer is final (Model::setGradReadyHook); may be null.
+  const std::function<void(std::size_t, std::size_t)>* gradReady = nullptr;
+  // Reports the gradients of parameter views [first, last] (registered consecutively) as final.
+  void gradsReady(std::size_t first, std::size_t last) const;
+};
+
+// Accumulates the build-time facts of a model.
+struct BuildInfo {
+  ParamStore& params;
+  ParamStore& buffers;
+  double forwardFlops = 0;  // multiply-adds x 2 per sample in GEMM-backed ops
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  // Registers parameters under prefix; in is the per-sample shape [c, h, w] or [f]; returns
+  // the per-sample output shape. needInputGrad false skips dx (the first layer).
+  virtual Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) = 0;
+  virtual const Tensor& forward(const Tensor& x, Context& ctx) = 0;
+  virtual const Tensor& backward(const Tensor& dy, Context& ctx) = 0;
+  void setNeedInputGrad(bool v) { needInputGrad_ = v; }
+  // Fusion of a ReLU into the module after it (Sequential::build calls fuseWithNext on each
+  // module): a ReLU asks `next` to take over its work (absorbReluBefore: max-pool, as
+  // relu(max(x)) = max(relu(x)) and its gradient goes only where the pooled value is positive);
+  // if it does, the ReLU passes x and dy through.
+  virtual void fuseWithNext(Module&) {}
+  virtual bool absorbReluBefore() { return false; }
+  // Set by Sequential::build on every module but its first: the input is the output of the
+  // module before, read by nothing else, so its gradient may go back in the layout that module
+  // asked for (Tensor::blockedGrad).
+  void setChained(bool v) { chained_ = v; }
+
+ protected:
+  Tensor y_, dx_;
+  const Tensor* x_ = nullptr;
+  bool needInputGrad_ = true;
+  bool chained_ = false;
+};
+
+using ModulePtr = std::unique_ptr<Module>;
+
+class Sequential : public Module {
+ public:
+  Sequential& add(std::string name, ModulePtr m);
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override;
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  std::vector<std::pair<std::string, ModulePtr>> children_;
+};
+
+// The layers, named and parameterised as in torch.nn (padding is symmetric, in pixels). Each
+// returns a new module to add to a Sequential.
+// Linear: y = x W^T + b; x [batch, in] -> [batch, out]. in == 0: taken from the input at build.
+ModulePtr Linear(int in, int out);
+// Conv2d: x [batch, in, h, w] -> [batch, out, (h + 2 pad - k) / stride + 1, ...]; k x k kernels.
+ModulePtr Conv2d(int in, int out, int k, int stride = 1, int pad = 0, bool bias = true);
+// MaxPool2d / AvgPool2d: k x k windows; stride 0 means stride = k (torch's default).
+ModulePtr MaxPool2d(int k, int stride = 0, int pad = 0);
+ModulePtr AvgPool2d(int k, int stride = 0, int pad = 0);
+// AdaptiveAvgPool2d: averages to an oh x ow output whatever the input size (1, 1: global pool).
+ModulePtr AdaptiveAvgPool2d(int oh, int ow);
+ModulePtr ReLU();
+// Dropout: zeroes each value with probability p in training and scales the rest by 1/(1-p);
+// masks are drawn from (the model's seed, its step), so a run is reproducible and resumable.
+ModulePtr Dropout(float p = 0.5f);
+// BatchNorm2d: per-channel batch statistics in training, running statistics (momentum 0.1) in
+// evaluation. relu: followed by a ReLU in one pass each way. gradToConv: its input gradient goes
+// only to a convolution (the layer before it), so in bf16 channels-last it is written as bf16.
+ModulePtr BatchNorm2d(int channels, bool relu = false, bool gradToConv = false);
+// Flatten: [batch, c, h, w] -> [batch, c * h * w].
+ModulePtr Flatten();
+// ResNet basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); the shortcut is a
+// strided 1x1 conv ("conv3") when the stride or the channel count changes.
+// reluInput: x is a ReLU's output (x >= 0): the block returns dx already through that ReLU's
+// backward (masked by x > 0, which the ReLU's own backward then leaves as is). maskedGrad: the
+// dy the block receives is already masked by its output y > 0 (the next block has reluInput),
+// so the block skips its own ReLU's backward. Both false: an ordinary block anywhere.
+ModulePtr BasicBlock(int in, int out, int stride, bool reluInput = false, bool maskedGrad = false);
+
+}  // namespace xs::nn

@@ -1,0 +1,95 @@
+// optim.hpp: optimizers with torch.optim's update rules (SGD with momentum, dampening, nesterov
+// and weight decay; Adam; AdamW; Adadelta), each stepping over a model's whole flat parameter
+// and gradient buffers at once, with named state buffers that checkpoints save; and the
+// learning-rate schedules StepLR and CosineAnnealingLR, as pure functions of the epoch so a
+// resumed run recomputes them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xspawn/engine/model.hpp"
+#include "xspawn/engine/params.hpp"
+#include "xspawn/engine/tensor.hpp"
+
+namespace xs::optim {
+
+struct SgdOptions {
+  float lr = 0.01f, momentum = 0.f, dampening = 0.f, weightDecay = 0.f;  // weight decay: L2 on the gradient
+  bool nesterov = false;
+};
+
+// Adam: weight decay is L2 added to the gradient (torch.optim.Adam).
+struct AdamOptions {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.f;
+};
+
+// AdamW: weight decay decoupled from the gradient, p -= lr * wd * p (torch.optim.AdamW).
+struct AdamWOptions {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 1e-2f;
+};
+
+// Adadelta (torch.optim.Adadelta): lr scales the ratio of the running RMS of updates to that of
+// the gradients (1.0 in PyTorch's MNIST example).
+struct AdadeltaOptions {
+  float lr = 1.0f, rho = 0.9f, eps = 1e-6f, weightDecay = 0.f;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of the parameters it was built for from their gradients (all at once).
+  virtual void step() = 0;
+  virtual const char* kind() const = 0;  // "sgd", "adam", "adamw" or "adadelta"
+  float lr() const { return lr_; }
+  void setLr(float lr) { lr_ = lr; }
+  std::uint64_t steps() const { return steps_; }
+  void setSteps(std::uint64_t n) { steps_ = n; }
+  // The parameters it updates (xs::optimizer_step checks they are its model's).
+  engine::ParamStore& params() const { return params_; }
+  // Named state buffers (as long as the parameter buffer) for checkpoints.
+  std::vector<std::pair<std::string, engine::Tensor*>> state();
+
+ protected:
+  explicit Optimizer(engine::ParamStore& params) : params_(params) {}
+  engine::ParamStore& params_;
+  float lr_ = 0.f;
+  std::uint64_t steps_ = 0;
+  std::vector<std::pair<std::string, engine::Tensor>> state_;
+};
+
+// Optimizers over a model's parameters (the model must outlive them). UsageError on a negative
+// rate or an out-of-range setting.
+std::unique_ptr<Optimizer> SGD(engine::Model& model, const SgdOptions& options = {});
+std::unique_ptr<Optimizer> Adam(engine::Model& model, const AdamOptions& options = {});
+std::unique_ptr<Optimizer> AdamW(engine::Model& model, const AdamWOptions& options = {});
+std::unique_ptr<Optimizer> Adadelta(engine::Model& model, const AdadeltaOptions& options = {});
+// The same over any parameter store whose state lives on dev.
+std::unique_ptr<Optimizer> SGD(engine::ParamStore& params, engine::Device& dev, const SgdOptions& options = {});
+std::unique_ptr<Optimizer> Adam(engine::ParamStore& params, engine::Device& dev, const AdamOptions& options = {});
+std::unique_ptr<Optimizer> AdamW(engine::ParamStore& params, engine::Device& dev, const AdamWOptions& options = {});
+std::unique_ptr<Optimizer> Adadelta(engine::ParamStore& params, engine::Device& dev,
+                                    const AdadeltaOptions& options = {});
+
+// torch.optim.lr_scheduler.StepLR stepped once per epoch: lr = base * gamma^floor(epoch / stepSize)
+// (seed 003's lr_period / lr_decay; seed 002's step_size 1, gamma 0.7).
+struct StepLR {
+  float base = 0.1f;
+  int stepSize = 1;
+  float gamma = 0.1f;
+  float at(int epoch) const;
+};
+
+// torch.optim.lr_scheduler.CosineAnnealingLR stepped once per epoch, in closed form:
+// lr = etaMin + (base - etaMin) * (1 + cos(pi * epoch / tMax)) / 2 (for epoch <= tMax).
+struct CosineAnnealingLR {
+  float base = 0.1f;
+  int tMax = 10;
+  float etaMin = 0.f;
+  float at(int epoch) const;
+};
+
+}  // namespace xs::optim

@@ -1,0 +1,127 @@
+// blocks.cpp: composite modules: Sequential and the ResNet basic block.
+#include <cstring>
+
+#include "xspawn/error.hpp"
+#include "xspawn/nn.hpp"
+#include "ops.hpp"
+
+namespace xs::nn {
+
+Sequential& Sequential::add(std::string name, ModulePtr m) {
+  children_.emplace_back(std::move(name), std::move(m));
+  return *this;
+}
+
+Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& info) {
+  Shape s = in;
+  bool first = true;
+  for (auto& [name, m] : children_) {
+    if (first) m->setNeedInputGrad(needInputGrad_);
+    m->setChained(!first);
+    first = false;
+    s = m->build(s, prefix.empty() ? name : prefix + "." + name, info);
+  }
+  // ReLU then max-pool: the pool does both (saves the ReLU's two full passes over the map).
+  for (std::size_t i = 0; i + 1 < children_.size(); ++i)
+    children_[i].second->fuseWithNext(*children_[i + 1].second);
+  return s;
+}
+
+const Tensor& Sequential::forward(const Tensor& x, Context& ctx) {
+  const Tensor* t = &x;
+  for (auto& [name, m] : children_) t = &m->forward(*t, ctx);
+  return *t;
+}
+
+const Tensor& Sequential::backward(const Tensor& dy, Context& ctx) {
+  const Tensor* t = &dy;
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) t = &it->second->backward(*t, ctx);
+  return *t;
+}
+
+}  // namespace xs::nn
+
+namespace xs::engine {
+
+using nn::BuildInfo;
+using nn::Context;
+using nn::Module;
+using nn::ModulePtr;
+using nn::Sequential;
+
+namespace {
+
+class BasicBlock : public Module {
+ public:
+  BasicBlock(int in, int out, int stride, bool reluInput, bool maskedGrad)
+      : reluInput_(reluInput), maskedGrad_(maskedGrad) {
+    body_.add("conv1", nn::Conv2d(in, out, 3, stride, 1))
+        .add("bn1", nn::BatchNorm2d(out, true, true))  // batch-norm + ReLU in one pass
+        .add("conv2", nn::Conv2d(out, out, 3, 1, 1))
+        .add("bn2", nn::BatchNorm2d(out, false, true));
+    if (stride != 1 || in != out) shortcut_ = nn::Conv2d(in, out, 1, stride, 0);
+  }
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    body_.setNeedInputGrad(needInputGrad_);
+    Shape out = body_.build(in, prefix, info);
+    if (shortcut_) {
+      shortcut_->setNeedInputGrad(needInputGrad_);
+      Shape s = shortcut_->build(in, prefix + ".conv3", info);
+      XS_CHECK(s == out, ShapeError, prefix + ": shortcut shape " + s.str() + " differs from " + out.str());
+    } else {
+      XS_CHECK(in == out, ShapeError, prefix + ": identity shortcut needs equal shapes");
+    }
+    return out;
+  }
+  // y = relu(body(x) + shortcut(x))
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    x_ = &x;
+    const Tensor& b = body_.forward(x, ctx);
+    const Tensor& s = shortcut_ ? shortcut_->forward(x, ctx) : x;
+    XS_CHECK(b.layout() == s.layout(), ShapeError, "basic block: body and shortcut layouts differ");
+    y_.ensure(ctx.dev, b.shape(), "activations");
+    y_.setLayout(b.layout());
+    addReluForward(y_.data(), b.data(), s.data(), b.numel());
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    const Tensor* ds = &dy;  // d loss / d (body + shortcut): dy through the ReLU
+    if (!maskedGrad_) {
+      dsum_.ensure(ctx.dev, dy.shape(), "activation gradients");
+      dsum_.setLayout(dy.layout());
+      reluBackward(dsum_.data(), dy.data(), y_.data(), dy.numel());
+      ds = &dsum_;
+    }
+    const Tensor& dxBody = body_.backward(*ds, ctx);
+    if (!needInputGrad_) {
+      if (shortcut_) shortcut_->backward(*ds, ctx);
+      return dx_;
+    }
+    dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    dx_.setLayout(x_->layout());
+    const Tensor& dxShort = shortcut_ ? shortcut_->backward(*ds, ctx) : *ds;
+    if (reluInput_)  // also the backward of the ReLU that produced x, which then leaves it as is
+      reluMaskedSum(dx_.data(), dxBody.data(), dxShort.data(), x_->data(), dx_.numel());
+    else
+      addForward(dx_.data(), dxBody.data(), dxShort.data(), dx_.numel());
+    return dx_;
+  }
+
+ private:
+  bool reluInput_, maskedGrad_;
+  Sequential body_;
+  ModulePtr shortcut_;
+  Tensor dsum_;
+};
+
+}  // namespace
+
+}  // namespace xs::engine
+
+namespace xs::nn {
+
+ModulePtr BasicBlock(int in, int out, int stride, bool reluInput, bool maskedGrad) {
+  return std::make_unique<engine::BasicBlock>(in, out, stride, reluInput, maskedGrad);
+}
+
+}  // namespace xs::nn

@@ -1,0 +1,184 @@
+// conv_gemm_nhwc.cpp: conv2d on channels-last activations as matrix products: the rows of
+// x [n, h, w, c] gathered into patches col [n*oh*ow, kh*kw*c], then one GEMM per pass with the
+// weights in [oc, kh, kw, c] order; y [n*oh*ow, oc] is the NHWC output itself. Used for small
+// feature maps, where measured faster than oneDNN's direct kernels (docs/engine.md).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "conv_onednn.hpp"
+#include "xspawn/error.hpp"
+#include "gemm.hpp"
+
+namespace xs::engine::detail {
+namespace {
+
+// Scratch slots (0-2 and 6-7 are free while this path runs; 3-5 belong to the GEMM).
+constexpr int kColSlot = 0, kWeightSlot = 1, kDcolSlot = 2, kDwSlot = 6;
+
+}  // namespace
+
+int& maxPixelsSlot() {
+  static int v = [] {
+    const char* env = std::getenv("XS_ENGINE_NHWC_GEMM_PIXELS");
+    return env && *env ? std::atoi(env) : 16;
+  }();
+  return v;
+}
+
+namespace {
+
+// Images per chunk: the patch matrix stays below 12 Mi floats (larger GEMMs measured faster).
+int chunkImages(const ConvGeom& g) {
+  std::size_t perImage = static_cast<std::size_t>(g.oh()) * g.ow() * g.kh * g.kw * g.c;
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{12} << 20) / std::max<std::size_t>(perImage, 1), 1,
+                                                  static_cast<std::size_t>(g.n)));
+}
+
+// x images [n0, n0+nb) -> col [nb*oh*ow, kh*kw*c], as float32 or as bf16 bits
+template <class T>
+void im2colNhwc(T* col, const float* x, const ConvGeom& g, int n0, int nb) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::size_t K = static_cast<std::size_t>(g.kh) * g.kw * c;
+  for (int im = 0; im < nb; ++im) {
+    const float* img = x + static_cast<std::size_t>(n0 + im) * g.h * g.w * c;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        T* row = col + ((static_cast<std::size_t>(im) * oh + oy) * ow + ox) * K;
+        for (int ky = 0; ky < g.kh; ++ky) {
+          const int iy = oy * g.stride - g.pad + ky;
+          for (int kx = 0; kx < g.kw; ++kx, row += c) {
+            const int ix = ox * g.stride - g.pad + kx;
+            const float* src = img + (static_cast<std::size_t>(iy) * g.w + ix) * c;
+            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) std::memset(row, 0, c * sizeof(T));  // +0 either way
+            else if constexpr (std::is_same_v<T, float>) std::memcpy(row, src, c * sizeof(float));
+            else floatsToBf16(src, row, c);
+          }
+        }
+      }
+  }
+}
+
+// The patches of images [n0, n0+nb) as the GEMM's operand: bf16 bits when the bf16 matmul reads
+// them directly (one pass instead of gathering float32 and rounding a copy), else float32.
+struct Patches {
+  const void* data;
+  bool bf16;
+};
+Patches patches(Device& dev, const float* x, const ConvGeom& g, int n0, int nb) {
+  const std::size_t n = static_cast<std::size_t>(nb) * g.oh() * g.ow() * g.kh * g.kw * g.c;
+  if (dev.precision() == Precision::kBf16 && gemmBackend() == GemmBackend::kOneDnn && cpuHasBf16()) {
+    auto* col = reinterpret_cast<std::uint16_t*>(dev.scratch(kColSlot, (n + 1) / 2));
+    im2colNhwc(col, x, g, n0, nb);
+    return {col, true};
+  }
+  float* col = dev.scratch(kColSlot, n);
+  im2colNhwc(col, x, g, n0, nb);
+  return {col, false};
+}
+
+// c [M, N] (+)= op(a) [M, K] * op(b) [K, N], with a or b possibly bf16 patches (dense).
+void product(Device& dev, bool ta, bool tb, int M, int N, int K, Patches a, int lda, Patches b, int ldb,
+             float beta, float* c, int ldc) {
+  if ((a.bf16 || b.bf16) && gemmBf16(dev, ta, tb, M, N, K, a.data, a.bf16, lda, b.data, b.bf16, ldb, beta, c, ldc))
+    return;
+  XS_CHECK(!a.bf16 && !b.bf16, BackendError, "no bf16 matmul for a " + std::to_string(M) + "x" +
+                                                 std::to_string(N) + "x" + std::to_string(K) +
+                                                 " convolution product: set XS_ENGINE_NHWC_GEMM_PIXELS=0");
+  gemm(dev, ta, tb, M, N, K, static_cast<const float*>(a.data), lda, static_cast<const float*>(b.data), ldb, beta,
+       c, ldc);
+}
+
+// dcol [nb*oh*ow, kh*kw*c] -> dx images [n0, n0+nb) += (zeroed by the caller)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void col2imNhwc(float* dx, const float* dcol, const ConvGeom& g, int n0, int nb) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::size_t K = static_cast<std::size_t>(g.kh) * g.kw * c;
+  for (int im = 0; im < nb; ++im) {
+    float* img = dx + static_cast<std::size_t>(n0 + im) * g.h * g.w * c;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const float* row = dcol + ((static_cast<std::size_t>(im) * oh + oy) * ow + ox) * K;
+        for (int ky = 0; ky < g.kh; ++ky) {
+          const int iy = oy * g.stride - g.pad + ky;
+          for (int kx = 0; kx < g.kw; ++kx, row += c) {
+            const int ix = ox * g.stride - g.pad + kx;
+            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+            float* d = img + (static_cast<std::size_t>(iy) * g.w + ix) * c;
+#pragma omp simd
+            for (int k = 0; k < c; ++k) d[k] += row[k];
+          }
+        }
+      }
+  }
+}
+
+// w [oc, c, kh, kw] -> wt [oc, kh, kw, c]
+float* weightsOhwi(Device& dev, const float* w, const ConvGeom& g) {
+  const int khw = g.kh * g.kw;
+  float* wt = dev.scratch(kWeightSlot, static_cast<std::size_t>(g.oc) * g.c * khw);
+  for (int o = 0; o < g.oc; ++o)
+    for (int ci = 0; ci < g.c; ++ci)
+      for (int k = 0; k < khw; ++k)
+        wt[(static_cast<std::size_t>(o) * khw + k) * g.c + ci] = w[(static_cast<std::size_t>(o) * g.c + ci) * khw + k];
+  return wt;
+}
+
+}  // namespace
+
+bool useNhwcGemm(const ConvGeom& g) {
+  return g.srcNhwc && g.dstNhwc && g.oh() * g.ow() <= maxPixelsSlot();
+}
+
+void conv2dForwardGemmNhwc(Device& dev, float* y, const float* x, const float* w, const float* b,
+                           const ConvGeom& g) {
+  const int ohw = g.oh() * g.ow(), K = g.kh * g.kw * g.c, nbMax = chunkImages(g);
+  const float* wt = weightsOhwi(dev, w, g);
+  for (int n0 = 0; n0 < g.n; n0 += nbMax) {
+    const int nb = std::min(nbMax, g.n - n0), rows = nb * ohw;
+    Patches col = patches(dev, x, g, n0, nb);
+    float* yc = y + static_cast<std::size_t>(n0) * ohw * g.oc;
+    if (b)
+      for (int r = 0; r < rows; ++r) std::memcpy(yc + static_cast<std::size_t>(r) * g.oc, b, g.oc * sizeof(float));
+    // yc [rows, oc] (+)= col [rows, K] * wt^T [K, oc]
+    product(dev, false, true, rows, g.oc, K, col, K, Patches{wt, false}, K, b ? 1.f : 0.f, yc, g.oc);
+  }
+}
+
+void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const float* dy,
+                            const float* x, const float* w, const ConvGeom& g) {
+  const int ohw = g.oh() * g.ow(), K = g.kh * g.kw * g.c, khw = g.kh * g.kw, nbMax = chunkImages(g);
+  const float* wt = dx ? weightsOhwi(dev, w, g) : nullptr;
+  float* dwt = dev.scratch(kDwSlot, static_cast<std::size_t>(g.oc) * K);
+  if (dx) std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.h * g.w * g.c * sizeof(float));
+  for (int n0 = 0; n0 < g.n; n0 += nbMax) {
+    const int nb = std::min(nbMax, g.n - n0), rows = nb * ohw;
+    const float* dyc = dy + static_cast<std::size_t>(n0) * ohw * g.oc;
+    if (db && dev.precision() == Precision::kBf16) {
+      // As oneDNN's bf16 backward-weights: the bias gradient sums dy as the products read it.
+      for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * g.oc; ++i) db[i % g.oc] += roundToBf16(dyc[i]);
+    } else if (db) {
+      for (int r = 0; r < rows; ++r) accumulate(db, dyc + static_cast<std::size_t>(r) * g.oc, g.oc);
+    }
+    Patches col = patches(dev, x, g, n0, nb);
+    // dwt [oc, K] (+)= dyc^T [oc, rows] * col [rows, K]
+    product(dev, true, false, g.oc, K, rows, Patches{dyc, false}, g.oc, col, K, n0 == 0 ? 0.f : 1.f, dwt, K);
+    if (!dx) continue;
+    // dcol [rows, K] = dyc [rows, oc] * wt [oc, K]
+    float* dcol = dev.scratch(kDcolSlot, static_cast<std::size_t>(rows) * K);
+    gemm(dev, false, false, rows, K, g.oc, dyc, g.oc, wt, K, 0.f, dcol, K);
+    col2imNhwc(dx, dcol, g, n0, nb);
+  }
+  for (int o = 0; o < g.oc; ++o)
+    for (int ci = 0; ci < g.c; ++ci)
+      for (int k = 0; k < khw; ++k)
+        dw[(static_cast<std::size_t>(o) * g.c + ci) * khw + k] += dwt[(static_cast<std::size_t>(o) * khw + k) * g.c + ci];
+}
+
+}  // namespace xs::engine::detail
+
+namespace xs::engine {
+void setNhwcGemmMaxPixels(int pixels) { detail::maxPixelsSlot() = pixels; }
+}  // namespace xs::engine

@@ -1,0 +1,35 @@
+// conv_onednn.hpp: conv2d on oneDNN's convolution primitives (internal header); each call
+// returns false when oneDNN has no primitive for the geometry, so the caller uses im2col.
+#pragma once
+
+#include <cstdint>
+
+#include "ops.hpp"
+
+namespace xs::engine::detail {
+
+bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, const float* b,
+                         const ConvGeom& g);
+bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const float* dy,
+                          const float* x, const float* w, const ConvGeom& g);
+// Backward weights reads diff_dst as nChw16c; with dx, backward data also reads diff_dst and
+// writes diff_src as nChw16c.
+bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias, bool dx);
+
+// The bf16 matmul on the matrix unit: each operand float32 (rounded into a dense bf16 copy) or
+// already dense bf16 bits (aBf16 / bBf16; then lda / ldb are its dense row lengths). False when
+// oneDNN has no bf16 matmul here. (gemm_onednn.cpp)
+// src -> bf16 bits, nearest even (vcvtneps2bf16 where the CPU has it).
+void floatsToBf16(const float* src, std::uint16_t* dst, std::size_t n);
+bool gemmBf16(Device& dev, bool transA, bool transB, int M, int N, int K, const void* A, bool aBf16,
+              int lda, const void* B, bool bBf16, int ldb, float beta, float* C, int ldc);
+
+// Channels-last convolution as GEMMs (conv_gemm_nhwc.cpp), chosen by useNhwcGemm: both
+// activations NHWC and at most setNhwcGemmMaxPixels output pixels per image.
+bool useNhwcGemm(const ConvGeom& g);
+void conv2dForwardGemmNhwc(Device& dev, float* y, const float* x, const float* w, const float* b,
+                           const ConvGeom& g);
+void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const float* dy,
+                            const float* x, const float* w, const ConvGeom& g);
+
+}  // namespace xs::engine::detail

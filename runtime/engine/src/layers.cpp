@@ -1,0 +1,386 @@
+// layers.cpp: the leaf modules (linear, conv2d, pools, ReLU, dropout, batch-norm, flatten).
+#include "xspawn/nn.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "xspawn/error.hpp"
+#include "ops.hpp"
+#include "rng.hpp"
+
+namespace xs::nn {
+
+void Context::gradsReady(std::size_t first, std::size_t last) const {
+  if (!gradReady || !*gradReady) return;
+  const auto& v = params.views();
+  // A view owns the alignment gap after it, so the ranges tile the whole buffer.
+  std::size_t end = last + 1 < v.size() ? v[last + 1].offset : params.size();
+  (*gradReady)(v[first].offset, end - v[first].offset);
+}
+
+}  // namespace xs::nn
+
+namespace xs::engine {
+
+using nn::BuildInfo;
+using nn::Context;
+using nn::Module;
+
+namespace {
+
+void expectChw(const Shape& in, const std::string& who) {
+  XS_CHECK(in.rank == 3, ShapeError,
+           who + " expects a [channels, height, width] input, got " + in.str() + ": put it before "
+                 "the flatten");
+}
+
+class Linear : public Module {
+ public:
+  Linear(int in, int out) : in_(in), out_(out) {}
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    XS_CHECK(in.rank == 1, ShapeError, prefix + ": linear expects flat features, got " + in.str());
+    if (in_ == 0) in_ = in[0];  // inferred from the input
+    XS_CHECK(in[0] == in_, ShapeError,
+             prefix + ": linear expects " + std::to_string(in_) + " features, got " + in.str());
+    float bound = 1.f / std::sqrt(static_cast<float>(in_));
+    w_ = info.params.add(prefix + ".weight", Shape{out_, in_}, Init::kUniform, bound);
+    b_ = info.params.add(prefix + ".bias", Shape{out_}, Init::kUniform, bound);
+    info.forwardFlops += 2.0 * in_ * out_;
+    return Shape{out_};
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    x_ = &x;
+    int B = x.shape()[0];
+    y_.ensure(ctx.dev, Shape{B, out_}, "activations");
+    linearForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_), ctx.params.value(b_), B, in_, out_);
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    int B = dy.shape()[0];
+    if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
+                   ctx.params.grad(b_), dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_);
+    ctx.gradsReady(w_, b_);
+    return dx_;
+  }
+
+ private:
+  int in_, out_;
+  std::size_t w_ = 0, b_ = 0;
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int in, int out, int k, int stride, int pad, bool bias)
+      : in_(in), out_(out), k_(k), stride_(stride), pad_(pad), bias_(bias) {}
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    expectChw(in, prefix + ": conv2d");
+    XS_CHECK(in[0] == in_, ShapeError,
+             prefix + ": conv2d expects " + std::to_string(in_) + " channels, got " + in.str());
+    g_ = ConvGeom{1, in_, in[1], in[2], out_, k_, k_, stride_, pad_};
+    g_.keepSrc = true;  // x stays as it is until backward
+    XS_CHECK(g_.oh() > 0 && g_.ow() > 0, ShapeError,
+             prefix + ": the image " + in.str() + " is too small for this network: use a larger --image-size");
+    float bound = 1.f / std::sqrt(static_cast<float>(in_ * k_ * k_));
+    w_ = info.params.add(prefix + ".weight", Shape{out_, in_, k_, k_}, Init::kUniform, bound);
+    if (bias_) b_ = info.params.add(prefix + ".bias", Shape{out_}, Init::kUniform, bound);
+    info.forwardFlops += 2.0 * out_ * g_.oh() * g_.ow() * in_ * k_ * k_;
+    return Shape{out_, g_.oh(), g_.ow()};
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    x_ = &x;
+    g_.n = x.shape()[0];
+    g_.srcNhwc = x.layout() == Layout::kNhwc || in_ == 1;  // one channel: the same bytes either way
+    g_.dstNhwc = preferredLayout(ctx.dev) == Layout::kNhwc;
+    y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
+    y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
+    conv2dForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_),
+                  bias_ ? ctx.params.value(b_) : nullptr, g_);
+    // oneDNN backward passes that take dy (and give dx) in channel blocks: say so to the module
+    // after (y_), and give dx so when the module before asked (x) and reads nothing else.
+    blockedGrads_ = conv2dGradsBlocked16(ctx.dev, g_, bias_, needInputGrad_);
+    y_.setBlockedGrad(blockedGrads_);
+    blockedDx_ = blockedGrads_ && chained_ && needInputGrad_ && x.blockedGrad();
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    g_.dyBlocked = dy.layout() == Layout::kNchw16c;
+    XS_CHECK(dy.layout() == y_.layout() || (g_.dyBlocked && blockedGrads_), ShapeError,
+             "conv2d: the gradient's layout differs from the output's");
+    g_.dxBlocked = blockedDx_;
+    if (needInputGrad_) {
+      dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+      dx_.setLayout(blockedDx_ ? Layout::kNchw16c : x_->layout());
+    }
+    g_.dyBf16 = dy.dtype() == DType::kBf16;
+    conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
+                   bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(),
+                   ctx.params.value(w_), g_);
+    ctx.gradsReady(w_, bias_ ? b_ : w_);
+    return dx_;
+  }
+
+ private:
+  int in_, out_, k_, stride_, pad_;
+  bool bias_;
+  bool blockedGrads_ = false, blockedDx_ = false;  // see forward
+  ConvGeom g_{};
+  std::size_t w_ = 0, b_ = 0;
+};
+
+class Pool2d : public Module {
+ public:
+  enum Kind { kMax, kAvg, kAdaptive };
+  Pool2d(Kind kind, int a, int b, int pad) : kind_(kind), a_(a), b_(b), pad_(pad) {}
+  bool absorbReluBefore() override { return reluBefore_ = kind_ == kMax; }
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
+    expectChw(in, prefix + ": pooling");
+    if (kind_ == kAdaptive) {
+      g_ = PoolGeom{1, in[0], in[1], in[2], 1, 1, 0};
+      return Shape{in[0], a_, b_};
+    }
+    g_ = PoolGeom{1, in[0], in[1], in[2], a_, b_, pad_};
+    XS_CHECK(g_.oh() > 0 && g_.ow() > 0, ShapeError,
+             prefix + ": the feature map " + in.str() + " is smaller than the pooling window: use a "
+                      "larger --image-size");
+    return Shape{in[0], g_.oh(), g_.ow()};
+  }
+  const Tensor& forward(const Tensor& x0, Context& ctx) override {
+    // Max-pool runs in either layout; the average pools pool channels-last input in NCHW (the
+    // output stays NCHW, which the next convolution or flatten takes).
+    g_.nhwc = kind_ == kMax && x0.layout() == Layout::kNhwc;
+    const Tensor& x = g_.nhwc ? x0 : toNchw(x0, ctx);
+    x_ = &x0;
+    g_.n = x.shape()[0];
+    if (kind_ == kAdaptive) {
+      y_.ensure(ctx.dev, Shape{g_.n, g_.c, a_, b_}, "activations");
+      y_.setLayout(Layout::kNchw);
+      adaptiveAvgPool2dForward(y_.data(), x.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
+      y_.setBlockedGrad(false);
+      blockedDx_ = false;
+      return y_;
+    }
+    Shape out{g_.n, g_.c, g_.oh(), g_.ow()};
+    y_.ensure(ctx.dev, out, "activations");
+    y_.setLayout(x.layout());
+    if (kind_ == kAvg) {
+      avgPool2dForward(y_.data(), x.data(), g_);
+    } else {
+      argmax_.ensure(ctx.dev, out, "max-pool indices");
+      maxPool2dForward(y_.data(), reinterpret_cast<std::int32_t*>(argmax_.data()), x.data(), g_);
+      if (reluBefore_) reluForward(y_.data(), y_.data(), y_.numel());  // max(relu(x)) = relu(max(x))
+    }
+    // The channels-last max-pool reads dy and writes dx in channel blocks as well: the
+    // convolutions around it then skip their reorders (Tensor::blockedGrad).
+    const bool blocks = g_.nhwc && g_.c % 16 == 0;
+    y_.setBlockedGrad(blocks);
+    blockedDx_ = blocks && chained_ && needInputGrad_ && x0.blockedGrad();
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    const bool nhwc = x_->layout() == Layout::kNhwc && !g_.nhwc;  // pooled in NCHW
+    g_.dyBlocked = dy.layout() == Layout::kNchw16c;
+    g_.dxBlocked = blockedDx_;
+    Tensor& dx = nhwc ? staged_ : dx_;
+    dx.ensure(ctx.dev, x_->shape(), "activation gradients");
+    dx.setLayout(blockedDx_ ? Layout::kNchw16c : g_.nhwc ? Layout::kNhwc : Layout::kNchw);
+    if (kind_ == kAdaptive)
+      adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
+    else if (kind_ == kAvg)
+      avgPool2dBackward(dx.data(), dy.data(), g_);
+    else
+      maxPool2dBackward(dx.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_,
+                        reluBefore_ ? y_.data() : nullptr);
+    if (nhwc) {
+      dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+      dx_.setLayout(Layout::kNhwc);
+      nchwToNhwc(dx_.data(), staged_.data(), g_.n, g_.c, g_.h * g_.w);
+    }
+    return dx_;
+  }
+
+ private:
+  const Tensor& toNchw(const Tensor& x, Context& ctx) {
+    if (x.layout() == Layout::kNchw) return x;
+    staged_.ensure(ctx.dev, x.shape(), "activations");
+    staged_.setLayout(Layout::kNchw);
+    nhwcToNchw(staged_.data(), x.data(), x.shape()[0], x.shape()[1], x.shape()[2] * x.shape()[3]);
+    return staged_;
+  }
+
+  Kind kind_;
+  int a_, b_, pad_;
+  bool reluBefore_ = false;  // the ReLU before it is fused in (Sequential::build)
+  bool blockedDx_ = false;   // dx goes back in channel blocks (see forward)
+  PoolGeom g_{};
+  Tensor argmax_, staged_;
+};
+
+class Relu : public Module {
+ public:
+  Shape build(const Shape& in, const std::string&, BuildInfo&) override { return in; }
+  void fuseWithNext(Module& next) override { passThrough_ = next.absorbReluBefore(); }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    if (passThrough_) return x;  // the max-pool after it applies the ReLU
+    y_.ensure(ctx.dev, x.shape(), "activations");
+    y_.setLayout(x.layout());
+    reluForward(y_.data(), x.data(), x.numel());
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    if (passThrough_) return dy;  // the max-pool already kept only the positive positions
+    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
+    reluBackward(dx_.data(), dy.data(), y_.data(), dy.numel());
+    return dx_;
+  }
+
+ private:
+  bool passThrough_ = false;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(float p) : p_(p) {
+    XS_CHECK(p >= 0.f && p < 1.f, UsageError,
+             "dropout probability " + std::to_string(p) + " must be in [0, 1)");
+  }
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
+    salt_ = hashName(prefix);
+    return in;
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    active_ = ctx.train && p_ > 0.f;
+    if (!active_) return x;
+    y_.ensure(ctx.dev, x.shape(), "activations");
+    y_.setLayout(x.layout());
+    mask_.ensure(ctx.dev, x.shape(), "dropout mask");
+    dropoutForward(y_.data(), mask_.data(), x.data(), x.numel(), p_, ctx.seed ^ salt_, ctx.step);
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    if (!active_) return dy;
+    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
+    dropoutBackward(dx_.data(), dy.data(), mask_.data(), dy.numel());
+    return dx_;
+  }
+
+ private:
+  float p_;
+  bool active_ = false;
+  std::uint64_t salt_ = 0;
+  Tensor mask_;
+};
+
+class BatchNorm2d : public Module {
+ public:
+  BatchNorm2d(int c, bool relu, bool gradToConv) : c_(c), relu_(relu), gradToConv_(gradToConv) {}
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    expectChw(in, prefix + ": batch-norm");
+    XS_CHECK(in[0] == c_, ShapeError,
+             prefix + ": batch-norm expects " + std::to_string(c_) + " channels, got " + in.str());
+    gamma_ = info.params.add(prefix + ".weight", Shape{c_}, Init::kOnes);
+    beta_ = info.params.add(prefix + ".bias", Shape{c_}, Init::kZeros);
+    mean_ = info.buffers.add(prefix + ".running_mean", Shape{c_}, Init::kZeros);
+    var_ = info.buffers.add(prefix + ".running_var", Shape{c_}, Init::kOnes);
+    return in;
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    x_ = &x;
+    train_ = ctx.train;
+    const Shape& s = x.shape();
+    args_ = BatchNormArgs{s[0], s[1], s[2] * s[3]};
+    args_.nhwc = x.layout() == Layout::kNhwc;
+    args_.relu = relu_;
+    y_.ensure(ctx.dev, s, "activations");
+    y_.setLayout(x.layout());
+    stats_.ensure(ctx.dev, Shape{2, c_}, "batch-norm statistics");
+    float* mean = stats_.data();
+    float* invstd = mean + c_;
+    if (train_)
+      batchNorm2dForwardTrain(y_.data(), mean, invstd, ctx.buffers.value(mean_), ctx.buffers.value(var_),
+                              x.data(), ctx.params.value(gamma_), ctx.params.value(beta_), args_);
+    else
+      batchNorm2dForwardEval(y_.data(), mean, invstd, ctx.buffers.value(mean_), ctx.buffers.value(var_),
+                             x.data(), ctx.params.value(gamma_), ctx.params.value(beta_), args_);
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    XS_CHECK(dy.layout() == y_.layout(), ShapeError, "batch-norm: the gradient's layout differs from the output's");
+    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
+    // Feeding a bf16 convolution, dx is written as the bf16 it would be rounded to there.
+    args_.dxBf16 = gradToConv_ && args_.nhwc && ctx.dev.precision() == Precision::kBf16;
+    dx_.setDtype(args_.dxBf16 ? DType::kBf16 : DType::kF32);
+    batchNorm2dBackward(dx_.data(), ctx.params.grad(gamma_), ctx.params.grad(beta_), dy.data(),
+                        x_->data(), stats_.data(), stats_.data() + c_, ctx.params.value(gamma_),
+                        train_, args_, y_.data());
+    ctx.gradsReady(gamma_, beta_);
+    return dx_;
+  }
+
+ private:
+  int c_;
+  bool relu_, gradToConv_;
+  bool train_ = true;
+  BatchNormArgs args_{};
+  std::size_t gamma_ = 0, beta_ = 0, mean_ = 0, var_ = 0;
+  Tensor stats_;
+};
+
+class Flatten : public Module {
+ public:
+  Shape build(const Shape& in, const std::string&, BuildInfo&) override {
+    return Shape{static_cast<int>(in.numel())};
+  }
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    int B = x.shape()[0];
+    in_ = x.shape();
+    nhwc_ = x.layout() == Layout::kNhwc;
+    y_.ensure(ctx.dev, Shape{B, static_cast<int>(x.shape().perSample())}, "activations");
+    // Features in PyTorch's [c, h, w] order whatever the layout: the linear weights expect it.
+    if (nhwc_) nhwcToNchw(y_.data(), x.data(), B, in_[1], in_[2] * in_[3]);
+    else std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    dx_.ensure(ctx.dev, in_, "activation gradients");
+    dx_.setLayout(nhwc_ ? Layout::kNhwc : Layout::kNchw);
+    if (nhwc_) nchwToNhwc(dx_.data(), dy.data(), in_[0], in_[1], in_[2] * in_[3]);
+    else std::memcpy(dx_.data(), dy.data(), dy.numel() * sizeof(float));
+    return dx_;
+  }
+
+ private:
+  Shape in_;
+  bool nhwc_ = false;
+};
+
+}  // namespace
+
+}  // namespace xs::engine
+
+namespace xs::nn {
+
+ModulePtr Linear(int in, int out) { return std::make_unique<engine::Linear>(in, out); }
+ModulePtr Conv2d(int in, int out, int k, int stride, int pad, bool bias) {
+  return std::make_unique<engine::Conv2d>(in, out, k, stride, pad, bias);
+}
+ModulePtr MaxPool2d(int k, int stride, int pad) {
+  return std::make_unique<engine::Pool2d>(engine::Pool2d::kMax, k, stride > 0 ? stride : k, pad);
+}
+ModulePtr AvgPool2d(int k, int stride, int pad) {
+  return std::make_unique<engine::Pool2d>(engine::Pool2d::kAvg, k, stride > 0 ? stride : k, pad);
+}
+ModulePtr AdaptiveAvgPool2d(int oh, int ow) {
+  return std::make_unique<engine::Pool2d>(engine::Pool2d::kAdaptive, oh, ow, 0);
+}
+ModulePtr ReLU() { return std::make_unique<engine::Relu>(); }
+ModulePtr Dropout(float p) { return std::make_unique<engine::Dropout>(p); }
+ModulePtr BatchNorm2d(int channels, bool relu, bool gradToConv) {
+  return std::make_unique<engine::BatchNorm2d>(channels, relu, gradToConv);
+}
+ModulePtr Flatten() { return std::make_unique<engine::Flatten>(); }
+
+}  // namespace xs::nn

@@ -1,0 +1,110 @@
+// model.cpp: Model: build, initialise, transfer a batch, forward, loss, backward.
+#include "xspawn/engine/model.hpp"
+
+#include <cstring>
+#include <utility>
+
+#include "xspawn/error.hpp"
+#include "ops.hpp"
+
+namespace xs::engine {
+
+using nn::BuildInfo;
+
+Model::Model(Device& dev, Network network, std::uint64_t seed)
+    : dev_(dev), name_(std::move(network.name)), input_(network.input), numClasses_(network.numClasses),
+      seed_(seed), net_(std::move(network.layers)) {
+  XS_CHECK(net_ != nullptr, UsageError, "model '" + name_ + "': the network has no layers: build an nn::Sequential");
+  XS_CHECK(numClasses_ > 0, UsageError,
+           "model '" + name_ + "': the number of classes must be positive, got " + std::to_string(numClasses_));
+  XS_CHECK(input_.rank >= 1 && input_.numel() > 0, ShapeError,
+           "model '" + name_ + "': the per-sample input shape " + input_.str() + " is empty: give [c, h, w]");
+  BuildInfo info{params_, buffers_};
+  net_->setNeedInputGrad(false);
+  Shape out = net_->build(input_, "", info);
+  XS_CHECK(out.rank == 1 && out[0] == numClasses_, ShapeError,
+           name_ + " produces " + out.str() + " per sample instead of " + std::to_string(numClasses_) +
+               " logits: end the network in a Linear(..., " + std::to_string(numClasses_) + ")");
+  flops_ = info.forwardFlops;
+  params_.allocate(dev_);
+  buffers_.allocate(dev_);
+  initialize(seed_);
+}
+
+Model::~Model() = default;
+
+void Model::initialize(std::uint64_t seed) {
+  seed_ = seed;
+  params_.initialize(seed);
+  buffers_.initialize(seed);
+}
+
+void Model::setBatch(const float* images, const std::int32_t* labels, int batch, const Shape& sample) {
+  XS_CHECK(sample == input_, ShapeError,
+           "model '" + name_ + "' takes samples of " + input_.str() + " but the batch holds samples of " +
+               sample.str() + ": resize or convert the images in the data transform to " + input_.str());
+  setBatch(images, labels, batch);
+}
+
+void Model::setBatch(const float* images, const std::int32_t* labels, int batch) {
+  XS_CHECK(batch > 0, ShapeError, "batch size must be positive, got " + std::to_string(batch));
+  XS_CHECK(images != nullptr && labels != nullptr, UsageError, "setBatch: null images or labels");
+  checkLabels(labels, batch, numClasses_);
+  Shape s{batch, input_[0], input_[1], input_[2]};
+  images_.ensure(dev_, s, "input images");
+  dev_.copyToDevice(images_.data(), images, s.numel());
+  labels_.ensure(dev_, Shape{batch}, "input labels");
+  static_assert(sizeof(float) == sizeof(std::int32_t));
+  dev_.copyToDevice(labels_.data(), reinterpret_cast<const float*>(labels), batch);
+  batch_ = batch;
+  logits_ = nullptr;
+}
+
+const Tensor& Model::forward(bool train) {
+  XS_CHECK(batch_ > 0, UsageError, "forward before setBatch: transfer a batch first");
+  train_ = train;
+  nn::Context ctx{dev_, params_, buffers_, train, seed_, step_};
+  if (train) ++step_;
+  logits_ = &net_->forward(images_, ctx);
+  probs_.ensure(dev_, logits_->shape(), "softmax");
+  return *logits_;
+}
+
+float Model::loss() {
+  XS_CHECK(logits_, UsageError, "loss before forward");
+  return crossEntropyForward(probs_.data(), logits_->data(),
+                             reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, numClasses_);
+}
+
+int Model::correct() {
+  XS_CHECK(logits_, UsageError, "correct before forward");
+  return countCorrect(logits_->data(), reinterpret_cast<const std::int32_t*>(labels_.data()), batch_,
+                      numClasses_);
+}
+
+void Model::backward() {
+  XS_CHECK(logits_, UsageError, "backward before forward and loss");
+  loss();  // refreshes the softmax the gradient starts from
+  dlogits_.ensure(dev_, logits_->shape(), "logit gradients");
+  crossEntropyBackward(dlogits_.data(), probs_.data(),
+                       reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, numClasses_);
+  nn::Context ctx{dev_, params_, buffers_, train_, seed_, step_, &gradReady_};
+  net_->backward(dlogits_, ctx);
+}
+
+StepResult Model::trainStep(const float* images, const std::int32_t* labels, int batch) {
+  zeroGrad();
+  setBatch(images, labels, batch);
+  forward(true);
+  StepResult r{loss(), correct(), batch};
+  backward();
+  return r;
+}
+
+StepResult Model::evaluate(const float* images, const std::int32_t* labels, int batch) {
+  setBatch(images, labels, batch);
+  forward(false);
+  return StepResult{loss(), correct(), batch};
+}
+
+}  // namespace xs::engine

@@ -1,0 +1,363 @@
+// ops_dense.cpp: linear and conv2d (im2col over a chunk of images, then one GEMM per chunk).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "conv_onednn.hpp"
+#include "xspawn/error.hpp"
+#include "gemm.hpp"
+#include "ops.hpp"
+#include "xspawn/engine/tensor.hpp"
+
+namespace xs::engine {
+
+namespace {
+ConvBackend& convSlot() {
+  static ConvBackend b = [] {
+    const char* env = std::getenv("XS_ENGINE_CONV");
+    return env && *env ? parseConvBackend(env) : ConvBackend::kOneDnn;
+  }();
+  return b;
+}
+}  // namespace
+
+const char* convBackendName(ConvBackend b) { return b == ConvBackend::kOneDnn ? "onednn" : "im2col"; }
+
+ConvBackend parseConvBackend(const std::string& name) {
+  if (name == "onednn") return ConvBackend::kOneDnn;
+  if (name == "im2col") return ConvBackend::kIm2col;
+  XS_THROW(UsageError, "unknown convolution backend '" + name + "': use onednn or im2col");
+}
+
+ConvBackend convBackend() { return convSlot(); }
+void setConvBackend(ConvBackend b) { convSlot() = b; }
+
+namespace {
+bool& winogradSlot() {
+  static bool on = [] {
+    const char* env = std::getenv("XS_ENGINE_WINOGRAD");
+    if (!env || !*env) return true;
+    XS_CHECK(std::string(env) == "0" || std::string(env) == "1", UsageError,
+             "XS_ENGINE_WINOGRAD=" + std::string(env) + ": use 1 (Winograd backward passes) or 0 (direct)");
+    return std::string(env) == "1";
+  }();
+  return on;
+}
+}  // namespace
+
+bool convWinograd() { return winogradSlot(); }
+void setConvWinograd(bool on) { winogradSlot() = on; }
+
+LayoutPolicy parseLayoutPolicy(const std::string& name) {
+  if (name == "auto") return LayoutPolicy::kAuto;
+  if (name == "nchw") return LayoutPolicy::kNchw;
+  if (name == "nhwc") return LayoutPolicy::kNhwc;
+  XS_THROW(UsageError, "unknown layout '" + name + "': use auto, nchw or nhwc");
+}
+
+namespace {
+LayoutPolicy& layoutSlot() {
+  static LayoutPolicy p = [] {
+    const char* env = std::getenv("XS_ENGINE_LAYOUT");
+    return env && *env ? parseLayoutPolicy(env) : LayoutPolicy::kAuto;
+  }();
+  return p;
+}
+}  // namespace
+
+void setLayoutPolicy(LayoutPolicy p) { layoutSlot() = p; }
+
+Layout preferredLayout(const Device&) {
+  return layoutSlot() == LayoutPolicy::kNchw ? Layout::kNchw : Layout::kNhwc;
+}
+
+namespace {
+// Per image, src [rows, cols] -> dst [cols, rows], in 16 x 16 tiles that keep both sides in cache.
+void transposeImages(float* dst, const float* src, int n, int rows, int cols) {
+  const std::size_t plane = static_cast<std::size_t>(rows) * cols;
+  for (int i = 0; i < n; ++i) {
+    const float* s = src + i * plane;
+    float* d = dst + i * plane;
+    for (int r0 = 0; r0 < rows; r0 += 16)
+      for (int c0 = 0; c0 < cols; c0 += 16)
+        for (int c = c0; c < std::min(cols, c0 + 16); ++c)
+          for (int r = r0; r < std::min(rows, r0 + 16); ++r)
+            d[static_cast<std::size_t>(c) * rows + r] = s[static_cast<std::size_t>(r) * cols + c];
+  }
+}
+}  // namespace
+
+void nchwToNhwc(float* dst, const float* src, int n, int c, int hw) { transposeImages(dst, src, n, c, hw); }
+void nhwcToNchw(float* dst, const float* src, int n, int c, int hw) { transposeImages(dst, src, n, hw, c); }
+
+void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
+                   int I, int O) {
+  // y [B, O] = x [B, I] * w^T [I, O]
+  if (b)
+    for (int i = 0; i < B; ++i) std::memcpy(y + static_cast<std::size_t>(i) * O, b, O * sizeof(float));
+  gemm(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
+}
+
+void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
+                    const float* w, int B, int I, int O) {
+  // dw [O, I] += dy^T [O, B] * x [B, I]
+  gemm(dev, true, false, O, I, B, dy, O, x, I, 1.f, dw, I);
+  if (db)
+    for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
+  // dx [B, I] = dy [B, O] * w [O, I]
+  if (dx) gemm(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
+}
+
+namespace {
+
+// Images per GEMM: enough columns to keep the matrix unit busy, bounded scratch.
+int chunkImages(const ConvGeom& g) {
+  std::size_t ohw = static_cast<std::size_t>(g.oh()) * g.ow();
+  std::size_t ckk = static_cast<std::size_t>(g.c) * g.kh * g.kw;
+  std::size_t want = std::max<std::size_t>(1, (256 + ohw - 1) / ohw);
+  std::size_t cap = std::max<std::size_t>(1, (std::size_t{8} << 20) / std::max<std::size_t>(1, ckk * ohw));
+  return static_cast<int>(std::min<std::size_t>({want, cap, static_cast<std::size_t>(g.n)}));
+}
+
+bool isPointwise(const ConvGeom& g) { return g.kh == 1 && g.kw == 1 && g.stride == 1 && g.pad == 0; }
+
+// x images [n0, n0+nb) -> col [c*kh*kw, nb*oh*ow]
+void im2col(float* col, const float* x, const ConvGeom& g, int n0, int nb) {
+  const int oh = g.oh(), ow = g.ow(), ohw = oh * ow;
+  const std::size_t cols = static_cast<std::size_t>(nb) * ohw;
+  for (int ci = 0; ci < g.c; ++ci)
+    for (int ki = 0; ki < g.kh; ++ki)
+      for (int kj = 0; kj < g.kw; ++kj) {
+        float* row = col + ((static_cast<std::size_t>(ci) * g.kh + ki) * g.kw + kj) * cols;
+        for (int im = 0; im < nb; ++im) {
+          const float* plane = x + (static_cast<std::size_t>(n0 + im) * g.c + ci) * g.h * g.w;
+          float* out = row + static_cast<std::size_t>(im) * ohw;
+          for (int oy = 0; oy < oh; ++oy) {
+            int iy = oy * g.stride - g.pad + ki;
+            float* o = out + oy * ow;
+            if (iy < 0 || iy >= g.h) {
+              std::memset(o, 0, ow * sizeof(float));
+              continue;
+            }
+            const float* src = plane + static_cast<std::size_t>(iy) * g.w;
+            if (g.stride == 1) {
+              int lo = std::min(ow, std::max(0, g.pad - kj)), hi = std::min(ow, g.w + g.pad - kj);
+              for (int ox = 0; ox < lo; ++ox) o[ox] = 0.f;
+              if (hi > lo) std::memcpy(o + lo, src + lo - g.pad + kj, (hi - lo) * sizeof(float));
+              for (int ox = std::max(lo, hi); ox < ow; ++ox) o[ox] = 0.f;
+            } else {
+              for (int ox = 0; ox < ow; ++ox) {
+                int ix = ox * g.stride - g.pad + kj;
+                o[ox] = (ix >= 0 && ix < g.w) ? src[ix] : 0.f;
+              }
+            }
+          }
+        }
+      }
+}
+
+// col [c*kh*kw, nb*oh*ow] -> dx images [n0, n0+nb) += (dx zeroed by the caller)
+void col2im(float* dx, const float* col, const ConvGeom& g, int n0, int nb) {
+  const int oh = g.oh(), ow = g.ow(), ohw = oh * ow;
+  const std::size_t cols = static_cast<std::size_t>(nb) * ohw;
+  for (int ci = 0; ci < g.c; ++ci)
+    for (int ki = 0; ki < g.kh; ++ki)
+      for (int kj = 0; kj < g.kw; ++kj) {
+        const float* row = col + ((static_cast<std::size_t>(ci) * g.kh + ki) * g.kw + kj) * cols;
+        for (int im = 0; im < nb; ++im) {
+          float* plane = dx + (static_cast<std::size_t>(n0 + im) * g.c + ci) * g.h * g.w;
+          const float* in = row + static_cast<std::size_t>(im) * ohw;
+          for (int oy = 0; oy < oh; ++oy) {
+            int iy = oy * g.stride - g.pad + ki;
+            if (iy < 0 || iy >= g.h) continue;
+            float* dst = plane + static_cast<std::size_t>(iy) * g.w;
+            const float* s = in + oy * ow;
+            // Output columns whose input column ox * stride - pad + kj lies inside the row.
+            int lo = std::max(0, (g.pad - kj + g.stride - 1) / g.stride);
+            int hi = std::min(ow, (g.w + g.pad - kj + g.stride - 1) / g.stride);
+            if (g.stride == 1) {
+              float* d = dst - g.pad + kj;
+              for (int ox = lo; ox < hi; ++ox) d[ox] += s[ox];
+            } else {
+              for (int ox = lo; ox < hi; ++ox) dst[ox * g.stride - g.pad + kj] += s[ox];
+            }
+          }
+        }
+      }
+}
+
+void checkGeom(const ConvGeom& g) {
+  XS_CHECK(g.n > 0 && g.c > 0 && g.h > 0 && g.w > 0 && g.oc > 0 && g.kh > 0 && g.kw > 0 &&
+               g.stride > 0 && g.pad >= 0,
+           ShapeError, "conv2d: every size must be positive (padding non-negative)");
+  XS_CHECK(g.oh() > 0 && g.ow() > 0, ShapeError,
+           "conv2d: kernel " + std::to_string(g.kh) + "x" + std::to_string(g.kw) +
+               " is larger than the padded input " + std::to_string(g.h) + "x" + std::to_string(g.w) +
+               ": use a larger image or more padding");
+}
+
+}  // namespace
+
+namespace {
+constexpr int kLayoutSlotA = 6, kLayoutSlotB = 7;  // Device scratch for NHWC <-> NCHW staging
+
+// An NCHW view of x: x itself, or a converted copy in scratch slot.
+const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int c, int hw) {
+  if (!nhwc) return x;
+  float* t = dev.scratch(slot, static_cast<std::size_t>(n) * c * hw);
+  nhwcToNchw(t, x, n, c, hw);
+  return t;
+}
+}  // namespace
+
+void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
+                   const ConvGeom& g) {
+  checkGeom(g);
+  if (convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemm(g)) {
+    detail::conv2dForwardGemmNhwc(dev, y, x, w, b, g);
+    return;
+  }
+  if (convBackend() == ConvBackend::kOneDnn && detail::conv2dForwardOneDnn(dev, y, x, w, b, g)) return;
+  if (g.srcNhwc || g.dstNhwc) {  // im2col runs on NCHW: convert around it
+    ConvGeom p = g;
+    p.srcNhwc = p.dstNhwc = false;
+    const int ohw = g.oh() * g.ow();
+    float* yc = g.dstNhwc ? dev.scratch(kLayoutSlotB, static_cast<std::size_t>(g.n) * g.oc * ohw) : y;
+    conv2dForward(dev, yc, asNchw(dev, kLayoutSlotA, x, g.srcNhwc, g.n, g.c, g.h * g.w), w, b, p);
+    if (g.dstNhwc) nchwToNhwc(y, yc, g.n, g.oc, ohw);
+    return;
+  }
+  const int ohw = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
+  const int nbMax = chunkImages(g);
+  for (int n0 = 0; n0 < g.n; n0 += nbMax) {
+    int nb = std::min(nbMax, g.n - n0);
+    int cols = nb * ohw;
+    const float* col;
+    if (nb == 1 && isPointwise(g)) col = x + static_cast<std::size_t>(n0) * g.c * ohw;
+    else {
+      float* c = dev.scratch(0, static_cast<std::size_t>(ckk) * cols);
+      im2col(c, x, g, n0, nb);
+      col = c;
+    }
+    // yc [oc, nb*ohw] = w [oc, ckk] * col [ckk, nb*ohw]
+    float* yc = nb == 1 ? y + static_cast<std::size_t>(n0) * g.oc * ohw
+                        : dev.scratch(1, static_cast<std::size_t>(g.oc) * cols);
+    gemm(dev, false, false, g.oc, cols, ckk, w, ckk, col, cols, 0.f, yc, cols);
+    for (int im = 0; im < nb; ++im)
+      for (int o = 0; o < g.oc; ++o) {
+        float* dst = y + (static_cast<std::size_t>(n0 + im) * g.oc + o) * ohw;
+        const float* src = yc + static_cast<std::size_t>(o) * cols + static_cast<std::size_t>(im) * ohw;
+        float bias = b ? b[o] : 0.f;
+        if (dst != src) for (int p = 0; p < ohw; ++p) dst[p] = src[p] + bias;
+        else if (b) for (int p = 0; p < ohw; ++p) dst[p] += bias;
+      }
+  }
+}
+
+namespace {
+bool& blockedGradientsSlot() {
+  static bool on = true;
+  return on;
+}
+}  // namespace
+
+void setBlockedGradients(bool on) { blockedGradientsSlot() = on; }
+
+bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
+  return blockedGradientsSlot() && dev.precision() == Precision::kFp32 && convBackend() == ConvBackend::kOneDnn &&
+         !detail::useNhwcGemm(g) && !g.dyBf16 && detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
+}
+
+void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
+                    const float* w, const ConvGeom& g) {
+  checkGeom(g);
+  if (g.dyBlocked || g.dxBlocked) {  // only oneDNN's blocked passes take these (conv2dGradsBlocked16)
+    XS_CHECK(conv2dGradsBlocked16(dev, g, db != nullptr, dx != nullptr) &&
+                 detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g),
+             ShapeError, "conv2d: gradients in blocks of 16 channels need oneDNN's blocked backward (fp32, "
+                         "channels last, Winograd or one input channel): ask conv2dGradsBlocked16 first");
+    return;
+  }
+  if (g.dyBf16) {  // oneDNN's kernels read bf16 dy as it is; the other paths widen it once
+    if (convBackend() == ConvBackend::kOneDnn && !detail::useNhwcGemm(g) &&
+        detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g))
+      return;
+    const std::size_t count = static_cast<std::size_t>(g.n) * g.oc * g.oh() * g.ow();
+    Tensor wide(dev, Shape{static_cast<int>(count)}, "convolution staging");
+    const auto* bits = reinterpret_cast<const std::uint16_t*>(dy);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint32_t u = static_cast<std::uint32_t>(bits[i]) << 16;
+      std::memcpy(wide.data() + i, &u, 4);
+    }
+    ConvGeom f = g;
+    f.dyBf16 = false;
+    conv2dBackward(dev, dx, dw, db, wide.data(), x, w, f);
+    return;
+  }
+  if (convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemm(g)) {
+    detail::conv2dBackwardGemmNhwc(dev, dx, dw, db, dy, x, w, g);
+    return;
+  }
+  if (convBackend() == ConvBackend::kOneDnn && detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g))
+    return;
+  if (g.srcNhwc || g.dstNhwc) {  // im2col runs on NCHW: convert around it
+    ConvGeom p = g;
+    p.srcNhwc = p.dstNhwc = false;
+    const int hw = g.h * g.w;
+    const float* dyc = asNchw(dev, kLayoutSlotB, dy, g.dstNhwc, g.n, g.oc, g.oh() * g.ow());
+    const float* xc = asNchw(dev, kLayoutSlotA, x, g.srcNhwc, g.n, g.c, hw);
+    // dx goes through a buffer of its own: the scratch slots hold x and dy meanwhile.
+    Tensor dxc;
+    if (dx && g.srcNhwc) dxc = Tensor(dev, Shape{g.n, g.c, g.h, g.w}, "convolution staging");
+    conv2dBackward(dev, dx && g.srcNhwc ? dxc.data() : dx, dw, db, dyc, xc, w, p);
+    if (dx && g.srcNhwc) nchwToNhwc(dx, dxc.data(), g.n, g.c, hw);
+    return;
+  }
+  const int ohw = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
+  const int nbMax = chunkImages(g);
+  for (int n0 = 0; n0 < g.n; n0 += nbMax) {
+    int nb = std::min(nbMax, g.n - n0);
+    int cols = nb * ohw;
+    // dyc [oc, nb*ohw]
+    const float* dyc;
+    if (nb == 1) dyc = dy + static_cast<std::size_t>(n0) * g.oc * ohw;
+    else {
+      float* t = dev.scratch(1, static_cast<std::size_t>(g.oc) * cols);
+      for (int im = 0; im < nb; ++im)
+        for (int o = 0; o < g.oc; ++o)
+          std::memcpy(t + static_cast<std::size_t>(o) * cols + static_cast<std::size_t>(im) * ohw,
+                      dy + (static_cast<std::size_t>(n0 + im) * g.oc + o) * ohw, ohw * sizeof(float));
+      dyc = t;
+    }
+    if (db)
+      for (int o = 0; o < g.oc; ++o) {
+        const float* r = dyc + static_cast<std::size_t>(o) * cols;
+        float s = 0.f;
+        for (int p = 0; p < cols; ++p) s += r[p];
+        db[o] += s;
+      }
+    bool direct = nb == 1 && isPointwise(g);
+    const float* col;
+    if (direct) col = x + static_cast<std::size_t>(n0) * g.c * ohw;
+    else {
+      float* c = dev.scratch(0, static_cast<std::size_t>(ckk) * cols);
+      im2col(c, x, g, n0, nb);
+      col = c;
+    }
+    // dw [oc, ckk] += dyc [oc, cols] * col^T [cols, ckk]
+    gemm(dev, false, true, g.oc, ckk, cols, dyc, cols, col, cols, 1.f, dw, ckk);
+    if (!dx) continue;
+    float* dxn = dx + static_cast<std::size_t>(n0) * g.c * g.h * g.w;
+    if (direct) {  // dx [c, hw] = w^T [c, oc] * dyc [oc, hw]
+      gemm(dev, true, false, ckk, cols, g.oc, w, ckk, dyc, cols, 0.f, dxn, cols);
+      continue;
+    }
+    // dcol [ckk, cols] = w^T [ckk, oc] * dyc [oc, cols]
+    float* dcol = dev.scratch(2, static_cast<std::size_t>(ckk) * cols);
+    gemm(dev, true, false, ckk, cols, g.oc, w, ckk, dyc, cols, 0.f, dcol, cols);
+    std::memset(dxn, 0, static_cast<std::size_t>(nb) * g.c * g.h * g.w * sizeof(float));
+    col2im(dx, dcol, g, n0, nb);
+  }
+}
+
+}  // namespace xs::engine

@@ -1,0 +1,74 @@
+// params.cpp: flat parameter/gradient buffers with named views and deterministic init.
+#include "xspawn/engine/params.hpp"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "xspawn/error.hpp"
+#include "rng.hpp"
+
+namespace xs::engine {
+
+std::size_t ParamStore::add(const std::string& name, const Shape& shape, Init init, float bound) {
+  XS_CHECK(values_.empty(), UsageError, "parameter '" + name + "' added after allocation");
+  ParamView v{name, shape, size_, shape.numel(), init, bound};
+  size_ += (v.count + 15) / 16 * 16;
+  views_.push_back(v);
+  return views_.size() - 1;
+}
+
+void ParamStore::allocate(Device& dev) {
+  if (size_ == 0) return;
+  values_ = Tensor(dev, Shape{static_cast<int>(size_)}, "parameters");
+  values_.zero();
+  if (withGrads_) {
+    ownGrads_ = Tensor(dev, Shape{static_cast<int>(size_)}, "gradients");
+    ownGrads_.zero();
+    grads_ = ownGrads_.data();
+  }
+}
+
+void ParamStore::initialize(std::uint64_t seed) {
+  for (std::size_t i = 0; i < views_.size(); ++i) {
+    const ParamView& v = views_[i];
+    float* p = value(i);
+    switch (v.init) {
+      case Init::kUniform: fillUniform(p, v.count, v.bound, mix64(seed ^ hashName(v.name))); break;
+      case Init::kOnes: std::fill(p, p + v.count, 1.f); break;
+      case Init::kZeros: std::fill(p, p + v.count, 0.f); break;
+    }
+  }
+}
+
+std::size_t ParamStore::paramCount() const {
+  std::size_t n = 0;
+  for (auto& v : views_) n += v.count;
+  return n;
+}
+
+std::size_t ParamStore::find(const std::string& name) const {
+  for (std::size_t i = 0; i < views_.size(); ++i)
+    if (views_[i].name == name) return i;
+  XS_THROW(UsageError, "no parameter named '" + name + "' in this model");
+}
+
+void ParamStore::bindGradients(float* external, std::size_t count) {
+  XS_CHECK(withGrads_, UsageError, "this store keeps no gradients");
+  XS_CHECK(external != nullptr, UsageError, "bindGradients: the external buffer is null");
+  XS_CHECK(count == size_, ShapeError,
+           fmt::format("bindGradients: the buffer holds {} floats but the model's gradient buffer "
+                       "needs {}: size it with gradientCount()", count, size_));
+  XS_CHECK(reinterpret_cast<std::uintptr_t>(external) % 64 == 0, UsageError,
+           "bindGradients: the external buffer must be 64-byte aligned");
+  if (external != grads_) std::memcpy(external, grads_, size_ * sizeof(float));
+  grads_ = external;
+  external_ = true;
+  ownGrads_ = Tensor();
+}
+
+void ParamStore::zeroGrad() {
+  if (grads_) std::memset(grads_, 0, size_ * sizeof(float));
+}
+
+}  // namespace xs::engine

@@ -1,0 +1,70 @@
+// evaluate.cpp: evaluation over a dataset split across ranks, and the replica check.
+#include "xspawn/train.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "xspawn/collectives.hpp"
+#include "xspawn/data/rng.hpp"
+#include "xspawn/error.hpp"
+#include "xspawn/xspawn.hpp"
+
+namespace xs {
+
+EvalResult evaluate(engine::Model& model, const data::Dataset& test, const data::Transform& transform,
+                    int batchSize) {
+  const std::int64_t rank = xs::get_ordinal(), world = xs::world_size();
+  const std::int64_t share = (test.size() - rank + world - 1) / world;  // images rank, rank + world, ...
+  const std::size_t per = transform.outSize();
+  const engine::Shape sample{transform.outChannels(), transform.outHeight(), transform.outWidth()};
+  XS_CHECK(sample == model.inputShape(), ShapeError,
+           fmt::format("evaluate: model '{}' takes samples of {} but the transform makes {}: resize or convert "
+                       "the images in the transform to {}",
+                       model.name(), model.inputShape().str(), sample.str(), model.inputShape().str()));
+  std::vector<float> images(per * static_cast<std::size_t>(batchSize));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(batchSize));
+  double sums[5] = {0, 0, 0, 0, 0};  // correct, loss * images, images; rank 0's whole batches: correct, images
+  for (std::int64_t first = 0; first < share; first += batchSize) {
+    const int n = static_cast<int>(std::min<std::int64_t>(batchSize, share - first));
+    for (int i = 0; i < n; ++i) {
+      const std::int64_t index = rank + (first + i) * world;
+      data::SampleRng rng(0, 0, static_cast<std::uint64_t>(index));  // unused: no random steps
+      transform.apply(test.image(index), images.data() + per * i, rng);
+      labels[i] = test.labels[static_cast<std::size_t>(index)];
+    }
+    engine::StepResult r = model.evaluate(images.data(), labels.data(), n);
+    sums[0] += r.correct;
+    sums[1] += static_cast<double>(r.loss) * n;
+    sums[2] += n;
+    if (rank == 0 && n == batchSize) sums[3] += r.correct, sums[4] += n;
+  }
+  xs::CollectiveOptions opt;
+  opt.tag = "evaluation";
+  xs::all_reduce(sums, sums, 5, xs::DType::kFloat64, xs::ReduceOp::kSum, opt);
+  EvalResult e;
+  e.masterCorrect = static_cast<std::int64_t>(sums[3]);
+  e.masterCount = static_cast<std::int64_t>(sums[4]);
+  e.correct = static_cast<std::int64_t>(sums[0]);
+  e.count = static_cast<std::int64_t>(sums[2]);
+  e.accuracy = e.count > 0 ? sums[0] / sums[2] : 0;
+  e.loss = e.count > 0 ? sums[1] / sums[2] : 0;
+  return e;
+}
+
+std::uint64_t weights_hash(engine::Model& model) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (engine::ParamStore* store : {&model.params(), &model.buffers()}) {
+    const auto* p = reinterpret_cast<const unsigned char*>(store->values());
+    const std::size_t bytes = store->size() * sizeof(float);
+    for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::vector<std::uint64_t> gather_weights_hashes(engine::Model& model) {
+  const std::uint64_t hash = weights_hash(model);
+  return xs::mesh_reduce("weights_hash", hash, [](const std::vector<std::uint64_t>& all) { return all; });
+}
+
+}  // namespace xs
