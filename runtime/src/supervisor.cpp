@@ -612,8 +612,11 @@ JobResult spawnWorkers(WorkerFn fn, SpawnOptions options) {
   if (startedByXspawn()) {
     // This process is one of the workers already (an exec'd start, or `xspawn run`): be it.
     attachFromEnvironment();
+    // The program's own flags, with those a launcher handed down (an exec'd start of
+    // xs::spawn, where they are the same) on top; `xspawn run` hands down none.
     Flags flags = options.flags;
-    if (const char* f = std::getenv(kEnvFlags)) flags = Flags::deserialize(f);
+    if (const char* f = std::getenv(kEnvFlags))
+      for (const auto& [key, value] : Flags::deserialize(f).values()) flags.set(key, value);
     int code = runWorkerFunction(fn, get_ordinal(), flags);
     std::fflush(stdout);
     std::fflush(stderr);

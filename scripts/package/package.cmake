@@ -5,7 +5,8 @@ include(CMakePackageConfigHelpers)
 
 install(EXPORT xspawnTargets NAMESPACE xspawn:: DESTINATION ${XSPAWN_INSTALL_CMAKEDIR} COMPONENT dev)
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/xspawnConfig.cmake.in
-  ${CMAKE_BINARY_DIR}/package/xspawnConfig.cmake INSTALL_DESTINATION ${XSPAWN_INSTALL_CMAKEDIR})
+  ${CMAKE_BINARY_DIR}/package/xspawnConfig.cmake INSTALL_DESTINATION ${XSPAWN_INSTALL_CMAKEDIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/package/xspawnConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/package/xspawnConfig.cmake ${CMAKE_BINARY_DIR}/package/xspawnConfigVersion.cmake
@@ -36,5 +37,4 @@ set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "${PROJECT_DESCRIPTION}
  PyTorch/XLA's xmp.spawn does on a TPU. This package holds the xspawn command, its helper
  programs, the libraries, the C++ headers, a CMake package and a pkg-config file.")
 set(CPACK_GENERATOR DEB)
-set(CPACK_OUTPUT_FILE_PREFIX ${CMAKE_BINARY_DIR}/package)
 include(CPack)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# install_test.sh BUILD_DIR SOURCE_DIR: installs xspawn from BUILD_DIR into a temporary prefix,
+# moves the prefix elsewhere (the install must be relocatable), builds examples/ against it as a
+# separate CMake project with find_package(xspawn) and a program with pkg-config, then runs them
+# for a few steps, directly and under the installed `xspawn`. Leaves nothing behind.
+set -euo pipefail
+build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/xspawn-install-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+step() { echo "== $*"; }
+
+step "install into a prefix, then move it"
+cmake --install "$build" --prefix "$work/first" > "$work/install.log"
+mv "$work/first" "$work/prefix"
+prefix="$work/prefix"
+test -x "$prefix/bin/xspawn" && test -x "$prefix/libexec/xspawn/xspawn-train"
+test -f "$prefix/lib/cmake/xspawn/xspawnConfig.cmake" && test -f "$prefix/lib/cmake/xspawn/xspawnConfigVersion.cmake"
+test -f "$prefix/lib/pkgconfig/xspawn.pc" && test -f "$prefix/include/xspawn/train.hpp"
+if [ -e "$build/libxspawn_mpi.so" ]; then test -f "$prefix/lib/xspawn/libxspawn_mpi.so"; fi
+# Internals stay out of the installed headers.
+for internal in engine/ops.hpp engine/gemm.hpp engine/rng.hpp segment.hpp control.hpp grad_sync.hpp bucket_reducer.hpp; do
+  if [ -e "$prefix/include/xspawn/$internal" ]; then echo "internal header $internal installed"; exit 1; fi
+done
+
+step "the installed command and its helper program"
+"$prefix/bin/xspawn" --nprocs 2 -q hello | grep "identical on all 2 ranks"
+"$prefix/bin/xspawn" --nprocs 2 -q train --model mlp --dataset synthetic --epochs 1 --max-steps 3 | grep "weights identical"
+
+step "the examples, built against the installed package"
+cmake -S "$src/examples" -B "$work/examples" -DCMAKE_PREFIX_PATH="$prefix" > "$work/examples.log"
+cmake --build "$work/examples" -j 2 >> "$work/examples.log"
+
+step "pkg-config"
+cat > "$work/tiny.cpp" <<'CPP'
+#include <xspawn/error.hpp>
+#include <xspawn/xspawn.hpp>
+int main() {
+  xs::init();
+  xs::master_print("world of {}", xs::world_size());
+  try { XS_THROW(xs::UsageError, "expected"); } catch (const xs::Error& e) { return e.line() > 0 ? 0 : 1; }
+}
+CPP
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" c++ "$work/tiny.cpp" -o "$work/tiny" $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs xspawn)
+"$work/tiny" | grep "world of 1"
+
+step "seed 002's example for a few steps, and seed 000's under the installed xspawn"
+"$work/examples/mnist" --nprocs 2 --epochs 1 --max-steps 5 | grep "RESULT"
+"$prefix/bin/xspawn" --nprocs 2 -q run -- "$work/examples/alexnet" --image-size 64 --max-steps 2 --batch-size 8 \
+  | grep "master's share"
+
+step "the custom network: resumed from its checkpoint, the same weights as without a stop"
+ck="$work/ck.xsckpt"
+"$work/examples/custom_network" --nprocs 2 --epochs 3 --stop-after 2 --checkpoint "$ck" > /dev/null
+resumed=$("$work/examples/custom_network" --nprocs 2 --epochs 3 --checkpoint "$ck" --resume 1 | grep "weights hash")
+straight=$("$prefix/bin/xspawn" --nprocs 2 -q run -- "$work/examples/custom_network" --nprocs 2 --epochs 3 | grep "weights hash")
+echo "resumed: $resumed; uninterrupted: $straight"
+test "$resumed" = "$straight"
+echo "install test passed"
