@@ -68,15 +68,4 @@ void map_fn(int index, const xs::Flags& flags) {
                    seconds, steps, 100 * e.accuracy, e.correct, e.count, e.masterCorrect, e.masterCount);
 }
 
-int main(int argc, char** argv) {
-  try {
-    xs::Flags flags = xs::Flags::fromArgs(argc, argv);
-    xs::SpawnOptions options;
-    options.flags = flags;
-    options.quiet = true;
-    return xs::spawn(map_fn, flags.get("nprocs", 8), options).exitCode;
-  } catch (const xs::Error& e) {
-    std::fprintf(stderr, "alexnet: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return xs::spawn_main(map_fn, argc, argv, 8); }

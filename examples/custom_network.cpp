@@ -7,7 +7,6 @@
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --resume 1   # epochs 3 and 4
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 
@@ -102,15 +101,4 @@ void map_fn(int, const xs::Flags& flags) {
   xs::master_print("weights hash {:016x}", xs::weights_hash(model));
 }
 
-int main(int argc, char** argv) {
-  try {
-    xs::Flags flags = xs::Flags::fromArgs(argc, argv);
-    xs::SpawnOptions options;
-    options.flags = flags;
-    options.quiet = true;
-    return xs::spawn(map_fn, flags.get("nprocs", 4), options).exitCode;
-  } catch (const xs::Error& e) {
-    std::fprintf(stderr, "custom_network: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return xs::spawn_main(map_fn, argc, argv, 4); }

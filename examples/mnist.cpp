@@ -6,7 +6,6 @@
 //   ./mnist --nprocs 2 --epochs 1 --max-steps 20
 //   xspawn --nprocs 8 run -- ./mnist      # the same, started by the launcher
 #include <chrono>
-#include <cstdio>
 #include <memory>
 
 #include <xspawn/data/catalog.hpp>
@@ -46,7 +45,7 @@ void map_fn(int index, const xs::Flags& flags) {
   xs::engine::Device device(xs::device_options());  // this worker's emulated core
   xs::engine::Model model(device, {mnistNet(), {1, 28, 28}, 10, "mnist_net"}, seed);
   auto optimizer = xs::optim::Adadelta(model, {.lr = 1.0f});
-  const xs::optim::StepLR schedule{1.0f, 1, 0.7f};
+  const xs::optim::StepLR schedule{1.0, 1, 0.7};
 
   data::TransformConfig normalise;
   normalise.mean = {0.2860f};  // Fashion-MNIST's
@@ -83,15 +82,4 @@ void map_fn(int index, const xs::Flags& flags) {
                    xs::world_size(), epochs, steps, seconds, eval.accuracy);
 }
 
-int main(int argc, char** argv) {
-  try {
-    xs::Flags flags = xs::Flags::fromArgs(argc, argv);
-    xs::SpawnOptions options;
-    options.flags = flags;
-    options.quiet = true;
-    return xs::spawn(map_fn, flags.get("nprocs", 8), options).exitCode;
-  } catch (const xs::Error& e) {
-    std::fprintf(stderr, "mnist: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return xs::spawn_main(map_fn, argc, argv, 8); }

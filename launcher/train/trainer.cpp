@@ -84,9 +84,8 @@ Trainer::Trainer(const TrainOptions& options)
 Trainer::~Trainer() = default;
 
 float Trainer::lrAt(std::int64_t epoch) const {
-  double lr = o_.lr;
-  if (o_.lrStep > 0) lr *= std::pow(o_.lrDecay, static_cast<double>(epoch / o_.lrStep));
-  return static_cast<float>(lr);
+  if (o_.lrStep <= 0) return static_cast<float>(o_.lr);
+  return optim::StepLR{o_.lr, o_.lrStep, o_.lrDecay}.at(static_cast<int>(epoch));
 }
 
 void Trainer::metrics(const nlohmann::json& line) {

@@ -615,8 +615,10 @@ JobResult spawnWorkers(WorkerFn fn, SpawnOptions options) {
     // The program's own flags, with those a launcher handed down (an exec'd start of
     // xs::spawn, where they are the same) on top; `xspawn run` hands down none.
     Flags flags = options.flags;
-    if (const char* f = std::getenv(kEnvFlags))
-      for (const auto& [key, value] : Flags::deserialize(f).values()) flags.set(key, value);
+    if (const char* f = std::getenv(kEnvFlags)) {
+      const Flags handed = Flags::deserialize(f);
+      for (const auto& [key, value] : handed.values()) flags.set(key, value);
+    }
     int code = runWorkerFunction(fn, get_ordinal(), flags);
     std::fflush(stdout);
     std::fflush(stderr);

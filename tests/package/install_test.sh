@@ -30,6 +30,18 @@ step "the examples, built against the installed package"
 cmake -S "$src/examples" -B "$work/examples" -DCMAKE_PREFIX_PATH="$prefix" > "$work/examples.log"
 cmake --build "$work/examples" -j 2 >> "$work/examples.log"
 
+step "the README and docs/api.md show examples/minimal.cpp as it is"
+python3 - "$src" <<'PY'
+import sys
+src = sys.argv[1]
+code = open(f"{src}/examples/minimal.cpp").read()
+code = code[code.index("#include"):]
+for doc in ("README.md", "docs/api.md"):
+    if "```cpp\n" + code + "```" not in open(f"{src}/{doc}").read():
+        sys.exit(f"{doc} does not show examples/minimal.cpp as it is")
+PY
+"$work/examples/minimal" --nprocs 2 --epochs 1 | grep "epoch 1: loss"
+
 step "pkg-config"
 cat > "$work/tiny.cpp" <<'CPP'
 #include <xspawn/error.hpp>

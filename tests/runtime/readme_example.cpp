@@ -1,5 +1,5 @@
-// readme_example.cpp: the API example of README.md, built and run by the suite so that the
-// example stays true.
+// readme_example.cpp: the rendezvous and mesh_reduce example of docs/api.md, built and run by
+// the suite so that the example stays true.
 #include <xspawn/xspawn.hpp>
 
 int main() {

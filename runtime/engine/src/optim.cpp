@@ -178,9 +178,7 @@ std::unique_ptr<Optimizer> Adadelta(engine::Model& m, const AdadeltaOptions& o) 
 float StepLR::at(int epoch) const {
   XS_CHECK(stepSize > 0, UsageError, "StepLR: the step size (epochs) must be positive, got " + std::to_string(stepSize));
   XS_CHECK(epoch >= 0, UsageError, "StepLR: epoch must be non-negative");
-  float lr = base;
-  for (int k = 0; k < epoch / stepSize; ++k) lr *= gamma;
-  return lr;
+  return static_cast<float>(base * std::pow(gamma, static_cast<double>(epoch / stepSize)));
 }
 
 float CosineAnnealingLR::at(int epoch) const {

@@ -79,6 +79,23 @@ JobResult spawn(Fn&& fn, int nprocs, SpawnOptions options = {}) {
   return detail::spawnWorkers(std::move(wrapped), std::move(options));
 }
 
+namespace detail {
+// Flags from argv and the options spawn_main starts with; prints a usage error and returns
+// false when the command line is not understood.
+bool mainOptions(int argc, const char* const* argv, SpawnOptions& options);
+}
+
+// A training program's main in one line: its flags from the command line (Flags::fromArgs:
+// --key value), `--nprocs N` workers (default: defaultNprocs; 0: one per online core), started
+// quietly by spawn. Returns the job's exit status (2 for a command line it cannot read), for
+// main to return.
+template <class Fn>
+int spawn_main(Fn&& fn, int argc, char** argv, int defaultNprocs = 0) {
+  SpawnOptions options;
+  if (!detail::mainOptions(argc, argv, options)) return 2;
+  return spawn(std::forward<Fn>(fn), options.flags.get("nprocs", defaultNprocs), std::move(options)).exitCode;
+}
+
 // Runs options.program (argv) as the N workers: each gets XSPAWN_RANK, XSPAWN_LOCAL_RANK,
 // XSPAWN_WORLD_SIZE, XSPAWN_JOB_ID and what xs::init() needs to attach.
 JobResult run(SpawnOptions options);

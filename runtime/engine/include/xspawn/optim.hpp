@@ -76,19 +76,20 @@ std::unique_ptr<Optimizer> Adadelta(engine::ParamStore& params, engine::Device& 
 
 // torch.optim.lr_scheduler.StepLR stepped once per epoch: lr = base * gamma^floor(epoch / stepSize)
 // (seed 003's lr_period / lr_decay; seed 002's step_size 1, gamma 0.7).
+// Computed in double and rounded once, as PyTorch keeps a learning rate in a Python float.
 struct StepLR {
-  float base = 0.1f;
+  double base = 0.1;
   int stepSize = 1;
-  float gamma = 0.1f;
+  double gamma = 0.1;
   float at(int epoch) const;
 };
 
 // torch.optim.lr_scheduler.CosineAnnealingLR stepped once per epoch, in closed form:
 // lr = etaMin + (base - etaMin) * (1 + cos(pi * epoch / tMax)) / 2 (for epoch <= tMax).
 struct CosineAnnealingLR {
-  float base = 0.1f;
+  double base = 0.1;
   int tMax = 10;
-  float etaMin = 0.f;
+  double etaMin = 0.0;
   float at(int epoch) const;
 };
 
