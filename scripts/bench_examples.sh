@@ -11,6 +11,7 @@
 #   scripts/bench_examples.sh                   # both parts
 #   PARTS=custom ROUNDS=3 scripts/bench_examples.sh
 #   PARTS=seed002 EPOCHS=1 scripts/bench_examples.sh
+#   PARTS=seed002 TORCH=0 scripts/bench_examples.sh   # xspawn alone (PyTorch takes ~2.5 min/epoch)
 #
 # Needs a Release build in $BUILD (default build/) and, for seed002, Debian's python3-torch.
 set -euo pipefail
@@ -53,6 +54,8 @@ if [[ " $PARTS " == *" seed002 "* ]]; then
   start=$(date +%s.%N)
   x=$("$work/examples/mnist" --nprocs "$NPROCS" --epochs "$EPOCHS" | grep '^RESULT' | cut -d' ' -f2-)
   xwall=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')
+  echo "xspawn: RESULT $x (wall $xwall s)"
+  [ "${TORCH:-1}" = 1 ] || exit 0
   t=$(/usr/bin/python3 scripts/bench_mnist_example_torch.py --nprocs "$NPROCS" --epochs "$EPOCHS" | grep '^RESULT' | cut -d' ' -f2-)
   xs=$(json "$x" train_seconds); xa=$(json "$x" test_accuracy)
   ts=$(json "$t" train_seconds); tw=$(json "$t" wall_seconds); ta=$(json "$t" test_accuracy)

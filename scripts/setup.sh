@@ -28,7 +28,7 @@ packages=(
   libopenmpi-dev openmpi-bin libgloo-dev
   libdnnl-dev libopenblas-dev
   dataset-fashion-mnist
-  procps
+  procps python3
 )
 if [[ $bench == 1 ]]; then
   packages+=(python3-torch python3-numpy hyperfine)

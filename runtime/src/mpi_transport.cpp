@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "machine_transport.hpp"
+#include "xspawn/error.hpp"
 #include "reduce_kernels.hpp"
 
 namespace xs::detail {
@@ -33,7 +34,8 @@ void check(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw std::runtime_error(std::string(what) + ": " + std::string(text, len));
+  XS_THROW(SystemError, std::string(what) + " failed: " + std::string(text, len) +
+                            "; check the job's mpirun options and the network between the machines");
 }
 
 // bfloat16 has no MPI type: its elements travel as 16-bit words and reduce with the

@@ -572,9 +572,11 @@ JobReport Supervisor::buildReport() const {
 JobResult Supervisor::run() {
   start_ = Clock::now();
   prepare();
-  log_->info("job '{}': starting {} workers ({}), shared memory /dev/shm/{} ({} KiB)", jobId_,
-             world_, options_.startMethod == StartMethod::kFork ? "fork" : "exec",
-             segment_->name(), segment_->size() / 1024);
+  const std::uint64_t heap = std::uint64_t{static_cast<std::uint64_t>(world_)} * ((options_.sharedHeapBytes + 4095) / 4096 * 4096);
+  log_->info("job '{}': starting {} workers ({}), shared memory /dev/shm/{} ({} KiB, and {} MiB of shared heap "
+             "reserved, taken as allocated)",
+             jobId_, world_, options_.startMethod == StartMethod::kFork ? "fork" : "exec", segment_->name(),
+             (segment_->size() - heap) / 1024, heap >> 20);
   try {
     startWorkers();
     joinMachines();

@@ -68,6 +68,8 @@ TEST(TrainApi, SaveAndLoadResumeBitForBit) {
         engine::Model straight(dev, tinyNet(), 5);
         auto o1 = optim::AdamW(straight, {.lr = 1e-2f});
         const std::uint64_t want = train(straight, *o1, d, 0, 6);
+        // The default shared heap holds the gradients: in place, no sizing by hand.
+        if (!gradients_zero_copy(straight) || gradient_buckets(straight) != 1) return 12;
 
         engine::Model first(dev, tinyNet(), 5);
         auto o2 = optim::AdamW(first, {.lr = 1e-2f});

@@ -48,7 +48,7 @@ struct LoaderConfig {
   int prefetch = 2;    // batches built ahead of the consumer (>= 1): queue bound
   bool dropLast = false;  // drop this rank's last short batch
   std::uint64_t seed = 0;  // for random transforms: rng = f(seed, epoch, dataset index)
-  TransferHook transfer;   // optional
+  TransferHook transfer{};  // optional
 };
 
 struct LoaderStats {

@@ -86,8 +86,8 @@ std::vector<std::uint64_t> gather_weights_hashes(engine::Model& model);
 struct TrainingState {
   std::int64_t epoch = 0;      // the epoch the sampler is in
   std::int64_t step = 0;       // optimizer steps done
-  data::SamplerState sampler;  // ParallelLoader::state(): resumes mid-epoch
-  std::string user;            // anything the program wants back (e.g. its settings as JSON)
+  data::SamplerState sampler{};  // ParallelLoader::state(): resumes mid-epoch
+  std::string user{};          // anything the program wants back (e.g. its settings as JSON)
 };
 
 // Saves model + optimizer + state to `path`: the master writes it atomically (a temporary file,
