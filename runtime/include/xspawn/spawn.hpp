@@ -93,7 +93,8 @@ template <class Fn>
 int spawn_main(Fn&& fn, int argc, char** argv, int defaultNprocs = 0) {
   SpawnOptions options;
   if (!detail::mainOptions(argc, argv, options)) return 2;
-  return spawn(std::forward<Fn>(fn), options.flags.get("nprocs", defaultNprocs), std::move(options)).exitCode;
+  const int nprocs = options.flags.get("nprocs", defaultNprocs);  // before options is moved
+  return spawn(std::forward<Fn>(fn), nprocs, std::move(options)).exitCode;
 }
 
 // Runs options.program (argv) as the N workers: each gets XSPAWN_RANK, XSPAWN_LOCAL_RANK,
