@@ -16,7 +16,7 @@ void map_fn(int index, const xs::Flags& flags) {
       .add("fc2", nn::Linear(128, 10));
   xs::engine::Device device(xs::device_options());  // this worker's emulated core
   xs::engine::Model model(device, {std::move(net), {1, 28, 28}, 10, "mlp"}, /*seed=*/1234);
-  auto optimizer = xs::optim::SGD(model, {.lr = 0.05f, .momentum = 0.9f});
+  auto optimizer = xs::optim::AdamW(model, {.lr = 1e-3f});
   const data::Transform transform({}, 1, 28, 28);
   data::DistributedSampler sampler({train.size(), xs::world_size(), xs::get_ordinal(), true, 1234});
   data::ParallelLoader loader(train, transform, sampler, {.batchSize = 64});

@@ -2,10 +2,6 @@
 // survive the trip through an environment variable to exec'd workers.
 #include "xspawn/flags.hpp"
 
-#include <cstdio>
-
-#include "xspawn/spawn.hpp"
-
 #include <string>
 
 namespace xs {
@@ -58,19 +54,4 @@ Flags Flags::fromArgs(int argc, const char* const* argv) {
   return flags;
 }
 
-namespace detail {
-
-bool mainOptions(int argc, const char* const* argv, SpawnOptions& options) {
-  try {
-    options.flags = Flags::fromArgs(argc, argv);
-    options.quiet = true;
-    options.flags.get("nprocs", 0);  // a bad count is a usage error now, not in every worker
-    return true;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s: %s\n", argc > 0 ? argv[0] : "xspawn", e.what());
-    return false;
-  }
-}
-
-}  // namespace detail
 }  // namespace xs

@@ -161,6 +161,7 @@ void Supervisor::prepare() {
   config.timeoutMs = options_.timeout.count();
   config.waitMode = static_cast<std::uint32_t>(options_.waitPolicy);
   segment_ = Segment::create(config);
+  heapReservedBytes_ = config.geometry.worldSize * config.geometry.heapStride();
   if (MachineChannel* ch = segment_->machineChannel()) {
     ch->machine = static_cast<std::uint32_t>(place_.machine);
     ch->machines = static_cast<std::uint32_t>(place_.machines);
@@ -572,11 +573,10 @@ JobReport Supervisor::buildReport() const {
 JobResult Supervisor::run() {
   start_ = Clock::now();
   prepare();
-  const std::uint64_t heap = std::uint64_t{static_cast<std::uint64_t>(world_)} * ((options_.sharedHeapBytes + 4095) / 4096 * 4096);
   log_->info("job '{}': starting {} workers ({}), shared memory /dev/shm/{} ({} KiB, and {} MiB of shared heap "
              "reserved, taken as allocated)",
              jobId_, world_, options_.startMethod == StartMethod::kFork ? "fork" : "exec", segment_->name(),
-             (segment_->size() - heap) / 1024, heap >> 20);
+             (segment_->size() - heapReservedBytes_) / 1024, heapReservedBytes_ >> 20);
   try {
     startWorkers();
     joinMachines();
@@ -608,6 +608,18 @@ JobResult Supervisor::run() {
     if (fileLog_) fileLog_->error("job report:\n{}", text);
   }
   return result;
+}
+
+bool mainOptions(int argc, const char* const* argv, SpawnOptions& options) {
+  try {
+    options.flags = Flags::fromArgs(argc, argv);
+    options.quiet = true;
+    options.flags.get("nprocs", 0);  // a bad count is a usage error now, not in every worker
+    return true;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s\n", argc > 0 ? argv[0] : "xspawn", e.what());
+    return false;
+  }
 }
 
 JobResult spawnWorkers(WorkerFn fn, SpawnOptions options) {

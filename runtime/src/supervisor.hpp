@@ -68,6 +68,7 @@ class Supervisor {
   std::shared_ptr<spdlog::logger> log_;      // console (stderr) and launcher.log
   std::shared_ptr<spdlog::logger> fileLog_;  // launcher.log only
   std::unique_ptr<Segment> segment_;
+  std::uint64_t heapReservedBytes_ = 0;  // the sparse shared heap of all ranks
   std::unique_ptr<OutputForwarder> output_;
   std::vector<Worker> workers_;
   MachinePlace place_;                   // this machine among the job's (one machine: 0 of 1)

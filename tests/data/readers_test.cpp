@@ -3,8 +3,10 @@
 
 #include "test_util.hpp"
 #include "xspawn/data/catalog.hpp"
+#include "xspawn/data/dataset.hpp"
 #include "xspawn/data/cifar.hpp"
 #include "xspawn/data/idx.hpp"
+#include "xspawn/error.hpp"
 
 namespace xs::data {
 namespace {
@@ -188,6 +190,27 @@ TEST(Catalog, DefaultIsFashionMnistWhenPresentElseSynthetic) {
   EXPECT_EQ(found.spec.name, "fashion-mnist");
   EXPECT_EQ(found.spec.dir, dir.path());
   EXPECT_TRUE(found.notice.empty());
+}
+
+TEST(OwnData, FromFunctionFillsInOrderAndFromMemoryChecks) {
+  std::vector<std::int64_t> calls;
+  Dataset d = fromFunction("squares", Split::kTrain, 5, 1, 2, 2, 3, [&](std::int64_t i, std::uint8_t* px) {
+    calls.push_back(i);
+    for (int k = 0; k < 4; ++k) px[k] = static_cast<std::uint8_t>(i * 10 + k);
+    return static_cast<std::int32_t>(i % 3);
+  });
+  EXPECT_EQ(calls, (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(d.size(), 5);
+  EXPECT_EQ(d.image(3)[1], 31);
+  EXPECT_EQ(d.labels[4], 1);
+  EXPECT_EQ(d.numClasses, 3);
+  try {
+    fromMemory("mine", Split::kTest, 1, 2, 2, 3, std::vector<std::uint8_t>(8), {0, 3});
+    FAIL() << "a label out of range was taken";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("label 3 at index 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(fromMemory("mine", Split::kTest, 1, 2, 2, 3, std::vector<std::uint8_t>(7), {0, 1}), UsageError);
 }
 
 }  // namespace

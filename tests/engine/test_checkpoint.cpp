@@ -41,7 +41,7 @@ class Checkpoint : public ::testing::Test {
 };
 
 TEST_F(Checkpoint, RoundTripIsBitExact) {
-  Model a(dev_, models::network(cfg("resnet18", 1)), cfg("resnet18", 1).seed), b(dev_, models::network(cfg("resnet18", 2)), cfg("resnet18", 2).seed);
+  Model a = test::build(dev_, cfg("resnet18", 1)), b = test::build(dev_, cfg("resnet18", 2));
   auto oa = optim::Adam(a.params(), dev_, optim::AdamOptions{});
   auto ob = optim::Adam(b.params(), dev_, optim::AdamOptions{});
   train(a, *oa);
@@ -54,7 +54,7 @@ TEST_F(Checkpoint, RoundTripIsBitExact) {
 }
 
 TEST_F(Checkpoint, CorruptTruncatedAndForeignFilesAreClearErrors) {
-  Model a(dev_, models::network(cfg("mlp", 1)), cfg("mlp", 1).seed);
+  Model a = test::build(dev_, cfg("mlp", 1));
   auto opt = optim::SGD(a.params(), dev_, optim::SgdOptions{0.1f, 0.9f});
   train(a, *opt);
   saveCheckpoint(path_, a, opt.get());
@@ -83,7 +83,7 @@ TEST_F(Checkpoint, CorruptTruncatedAndForeignFilesAreClearErrors) {
   std::remove(path_.c_str());
   expectError("cannot open");
   // A different model, or a different optimizer.
-  Model conv(dev_, models::network(cfg("convnet", 1)), cfg("convnet", 1).seed);
+  Model conv = test::build(dev_, cfg("convnet", 1));
   saveCheckpoint(path_, conv, nullptr);
   expectError("layout differs");
   saveCheckpoint(path_, a, nullptr);
@@ -93,7 +93,7 @@ TEST_F(Checkpoint, CorruptTruncatedAndForeignFilesAreClearErrors) {
 }
 
 TEST_F(Checkpoint, SaveLeavesNoTemporaryAndMissingDirectoryIsAClearError) {
-  Model a(dev_, models::network(cfg("mlp", 1)), cfg("mlp", 1).seed);
+  Model a = test::build(dev_, cfg("mlp", 1));
   saveCheckpoint(path_, a, nullptr);  // written, fsynced, renamed, directory fsynced
   EXPECT_FALSE(std::filesystem::exists(path_ + ".tmp"));
   EXPECT_NO_THROW(loadCheckpoint(path_, a, nullptr));
@@ -107,7 +107,7 @@ TEST_F(Checkpoint, SaveLeavesNoTemporaryAndMissingDirectoryIsAClearError) {
 }
 
 TEST_F(Checkpoint, OtherVersionIsRejected) {
-  Model a(dev_, models::network(cfg("mlp", 1)), cfg("mlp", 1).seed);
+  Model a = test::build(dev_, cfg("mlp", 1));
   saveCheckpoint(path_, a, nullptr);
   {
     std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);

@@ -28,11 +28,11 @@ models::ModelConfig config(const std::string& name, int size = 0, std::uint64_t 
 
 TEST(Model, ParameterCountsMatchTheLayouts) {
   Device dev;
-  EXPECT_EQ(Model(dev, models::network(config("mlp")), (config("mlp")).seed).params().paramCount(), 235146u);
-  EXPECT_EQ(Model(dev, models::network(config("convnet")), (config("convnet")).seed).params().paramCount(), 113674u);
-  EXPECT_EQ(Model(dev, models::network(config("lenet5")), (config("lenet5")).seed).params().paramCount(), 61706u);
-  EXPECT_EQ(Model(dev, models::network(config("alexnet", 63)), (config("alexnet", 63)).seed).params().paramCount(), 57044810u);
-  Model r(dev, models::network(config("resnet18")), (config("resnet18")).seed);
+  EXPECT_EQ(models::create(dev, config("mlp"))->params().paramCount(), 235146u);
+  EXPECT_EQ(models::create(dev, config("convnet"))->params().paramCount(), 113674u);
+  EXPECT_EQ(models::create(dev, config("lenet5"))->params().paramCount(), 61706u);
+  EXPECT_EQ(models::create(dev, config("alexnet", 63))->params().paramCount(), 57044810u);
+  Model r = test::build(dev, config("resnet18"));
   EXPECT_EQ(r.params().paramCount(), 11176970u);
   EXPECT_EQ(r.params().views().front().name, "conv1.weight");
   EXPECT_EQ(r.buffers().views().front().name, "bn1.running_mean");
@@ -44,7 +44,7 @@ TEST(Model, SameSeedGivesIdenticalWeightsOnEveryDevice) {
   DeviceOptions a, b;
   b.ordinal = 5;
   Device d1(a), d2(b);
-  Model m1(d1, models::network(config("convnet", 0, 1234)), (config("convnet", 0, 1234)).seed), m2(d2, models::network(config("convnet", 0, 1234)), (config("convnet", 0, 1234)).seed), m3(d1, models::network(config("convnet", 0, 7)), (config("convnet", 0, 7)).seed);
+  Model m1 = test::build(d1, config("convnet", 0, 1234)), m2 = test::build(d2, config("convnet", 0, 1234)), m3 = test::build(d1, config("convnet", 0, 7));
   ASSERT_EQ(m1.params().size(), m2.params().size());
   EXPECT_EQ(0, std::memcmp(m1.params().values(), m2.params().values(), m1.params().size() * 4));
   EXPECT_NE(0, std::memcmp(m1.params().values(), m3.params().values(), m1.params().size() * 4));
@@ -62,7 +62,7 @@ void expectLearns(const std::string& name, int size, int batch, float lr,
   DeviceOptions o;
   o.precision = prec;
   Device dev(o);
-  Model m(dev, models::network(config(name, size, 3)), (config(name, size, 3)).seed);
+  Model m = test::build(dev, config(name, size, 3));
   auto opt = optim::SGD(m.params(), dev, optim::SgdOptions{lr, 0.9f});
   Shape in = m.inputShape();
   auto x = test::pattern(batch * in.numel(), 11);
@@ -99,7 +99,7 @@ TEST(Model, BlockedGradientsGiveTheSameBits) {
     for (int blocked = 0; blocked < 2; ++blocked) {
       setBlockedGradients(blocked == 1);
       Device dev;
-      Model m(dev, models::network(config(name, size, 3)), (config(name, size, 3)).seed);
+      Model m = test::build(dev, config(name, size, 3));
       auto opt = optim::SGD(m.params(), dev, optim::SgdOptions{0.01f, 0.9f});
       Shape in = m.inputShape();
       auto x = test::pattern(batch * in.numel(), 11);
@@ -121,18 +121,18 @@ TEST(Model, AlexnetSmallestImageRunsAndTinyImageFails) {
   Device dev;
   models::ModelConfig c = config("alexnet", 63);
   c.dropout = 0.f;
-  Model m(dev, models::network(c), (c).seed);
+  Model m = test::build(dev, c);
   auto x = test::pattern(2 * 3 * 63 * 63, 12);
   std::vector<std::int32_t> y{1, 2};
   StepResult r = m.trainStep(x.data(), y.data(), 2);
   EXPECT_NEAR(r.loss, std::log(10.f), 0.5f);
-  EXPECT_THROW(Model(dev, models::network(config("alexnet", 62)), (config("alexnet", 62)).seed), UsageError);
-  EXPECT_THROW(Model(dev, models::network(config("convnet", 8)), (config("convnet", 8)).seed), ShapeError);
+  EXPECT_THROW(models::create(dev, config("alexnet", 62)), UsageError);
+  EXPECT_THROW(models::create(dev, config("convnet", 8)), ShapeError);
 }
 
 TEST(Model, GradientsLiveInCallerMemory) {
   Device dev;
-  Model m(dev, models::network(config("mlp")), (config("mlp")).seed);
+  Model m = test::build(dev, config("mlp"));
   std::size_t n = m.gradientCount();
   float* ext = static_cast<float*>(std::aligned_alloc(64, (n * 4 + 63) / 64 * 64));
   auto x = test::pattern(4 * 784, 13);
@@ -152,7 +152,7 @@ TEST(Model, GradientsLiveInCallerMemory) {
 TEST(Model, BatchSizeCanChangeBetweenCalls) {
   // Kernels cache per geometry: a smaller last batch must give the same per-sample logits.
   Device dev;
-  Model m(dev, models::network(config("resnet18", 8)), (config("resnet18", 8)).seed);
+  Model m = test::build(dev, config("resnet18", 8));
   auto x = test::pattern(5 * 3 * 8 * 8, 15);
   std::vector<std::int32_t> y{1, 2, 3, 4, 5};
   m.setBatch(x.data(), y.data(), 5);
@@ -164,7 +164,7 @@ TEST(Model, BatchSizeCanChangeBetweenCalls) {
 
 TEST(Model, RunsOnAnotherThreadThanTheDevicesCreator) {
   Device dev;
-  Model m(dev, models::network(config("convnet")), (config("convnet")).seed);
+  Model m = test::build(dev, config("convnet"));
   auto x = test::pattern(4 * 784, 16);
   std::vector<std::int32_t> y{1, 2, 3, 4};
   StepResult here = m.evaluate(x.data(), y.data(), 4), there;
@@ -182,7 +182,7 @@ TEST(Model, TwoDevicesTrainConcurrentlyOnTwoThreads) {
     o.ordinal = ordinal;
     o.precision = Precision::kBf16;
     Device dev(o);
-    Model m(dev, models::network(config("convnet", 0, 5)), (config("convnet", 0, 5)).seed);
+    Model m = test::build(dev, config("convnet", 0, 5));
     float loss = 0;
     for (int s = 0; s < 3; ++s) loss = m.trainStep(x.data(), y.data(), 4).loss;
     return loss;
@@ -199,7 +199,7 @@ TEST(Model, RestoredStepCounterContinuesTheSameDropoutMasks) {
   // Masks depend on (seed, step): a model set to step 3 draws the fourth step's masks.
   models::ModelConfig c = config("alexnet", 63, 9);
   Device dev;
-  Model run(dev, models::network(c), (c).seed), resumed(dev, models::network(c), (c).seed);
+  Model run = test::build(dev, c), resumed = test::build(dev, c);
   auto x = test::pattern(2 * 3 * 63 * 63, 21);
   std::vector<std::int32_t> y{3, 4};
   run.setBatch(x.data(), y.data(), 2);
@@ -224,7 +224,7 @@ TEST(Model, RestoredStepCounterContinuesTheSameDropoutMasks) {
 TEST(Model, GradReadyHookCoversTheBufferOnceWithFinalValues) {
   for (const char* name : {"resnet18", "alexnet", "convnet"}) {
     Device dev;
-    Model m(dev, models::network(config(name, std::string(name) == "resnet18" ? 8 : std::string(name) == "alexnet" ? 63 : 0)), (config(name, std::string(name) == "resnet18" ? 8 : std::string(name) == "alexnet" ? 63 : 0)).seed);
+    Model m = test::build(dev, config(name, std::string(name) == "resnet18" ? 8 : std::string(name) == "alexnet" ? 63 : 0));
     const std::size_t n = m.gradientCount();
     std::vector<int> seen(n, 0);
     std::vector<std::pair<std::size_t, std::vector<float>>> snapshots;
@@ -252,21 +252,21 @@ TEST(Model, GradReadyHookCoversTheBufferOnceWithFinalValues) {
 
 TEST(Model, BadInputsAreClearErrors) {
   Device dev;
-  EXPECT_THROW(Model(dev, models::network(config("vgg")), (config("vgg")).seed), UsageError);
+  EXPECT_THROW(models::create(dev, config("vgg")), UsageError);
   models::ModelConfig c = config("mlp");
   c.numClasses = 0;
-  EXPECT_THROW(Model(dev, models::network(c), (c).seed), UsageError);
-  Model m(dev, models::network(config("mlp")), (config("mlp")).seed);
+  EXPECT_THROW(models::create(dev, c), UsageError);
+  Model m = test::build(dev, config("mlp"));
   auto x = test::pattern(2 * 784, 14);
   std::vector<std::int32_t> bad{0, 10};
   EXPECT_THROW(m.trainStep(x.data(), bad.data(), 2), ShapeError);
   EXPECT_THROW(m.trainStep(x.data(), bad.data(), 0), ShapeError);
-  Model fresh(dev, models::network(config("mlp")), (config("mlp")).seed);
+  Model fresh = test::build(dev, config("mlp"));
   EXPECT_THROW(fresh.forward(true), UsageError);
   DeviceOptions small;
   small.memoryBytes = 2 << 20;
   Device tiny(small);
-  EXPECT_THROW(Model(tiny, models::network(config("alexnet", 63)), (config("alexnet", 63)).seed), OutOfMemoryError);
+  EXPECT_THROW(models::create(tiny, config("alexnet", 63)), OutOfMemoryError);
 }
 
 }  // namespace

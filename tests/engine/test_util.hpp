@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "rng.hpp"
+#include "xspawn/engine/model.hpp"
+#include "xspawn/models.hpp"
 
 namespace xs::engine::test {
 
@@ -44,5 +46,8 @@ inline void expectGradient(const std::string& what, std::vector<float>& var,
         << what << " entry " << i << " of " << var.size();
   }
 }
+
+// A built-in network by configuration, on dev, initialised from its seed.
+inline Model build(Device& dev, const models::ModelConfig& c) { return Model(dev, models::network(c), c.seed); }
 
 }  // namespace xs::engine::test

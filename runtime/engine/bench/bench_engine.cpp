@@ -25,7 +25,6 @@
 
 namespace po = boost::program_options;
 using namespace xs::engine;
-using xs::ShapeError;
 using xs::UsageError;
 namespace models = xs::models;
 namespace optim = xs::optim;
@@ -140,7 +139,7 @@ int run(const Args& a) {
              peak, peakName, flops / 1e9, dev.peak() / 1048576.0);
   if (!a.json.empty()) {
     std::ofstream f(a.json);
-    if (!f) throw UsageError("cannot write --json file '" + a.json + "'", __FILE__, __LINE__);
+    XS_CHECK(f, UsageError, "cannot write --json file '" + a.json + "': check the directory");
     f << j.dump(2) << "\n";
   }
   return 0;
@@ -168,17 +167,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
-    if (a.batch <= 0) throw UsageError("--batch must be positive", __FILE__, __LINE__);
-    if (a.iters <= 0) throw UsageError("--iters must be positive", __FILE__, __LINE__);
-    if (a.imageSize < 0) throw UsageError("--image-size must be 0 or positive", __FILE__, __LINE__);
+    XS_CHECK(a.batch > 0, UsageError, "--batch must be positive");
+    XS_CHECK(a.iters > 0, UsageError, "--iters must be positive");
+    XS_CHECK(a.imageSize >= 0, UsageError, "--image-size must be 0 or positive");
     return run(a);
   } catch (const po::error& e) {
     std::fprintf(stderr, "xspawn-bench-engine: error: %s (try --help)\n", e.what());
     return 2;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "xspawn-bench-engine: error: %s\n", e.what());
-    return 2;
-  } catch (const ShapeError& e) {
     std::fprintf(stderr, "xspawn-bench-engine: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

@@ -39,11 +39,10 @@ void Model::initialize(std::uint64_t seed) {
   buffers_.initialize(seed);
 }
 
-void Model::setBatch(const float* images, const std::int32_t* labels, int batch, const Shape& sample) {
+void Model::checkSample(const Shape& sample) const {
   XS_CHECK(sample == input_, ShapeError,
-           "model '" + name_ + "' takes samples of " + input_.str() + " but the batch holds samples of " +
+           "model '" + name_ + "' takes samples of " + input_.str() + " but the data holds samples of " +
                sample.str() + ": resize or convert the images in the data transform to " + input_.str());
-  setBatch(images, labels, batch);
 }
 
 void Model::setBatch(const float* images, const std::int32_t* labels, int batch) {

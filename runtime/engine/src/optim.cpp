@@ -92,21 +92,30 @@ class AdamRule : public Optimizer {
   void step() override {
     ParamStore& ps = params_;
     ++steps_;
+    const double t = static_cast<double>(steps_);
+    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta1), t));
+    const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta2), t));
+    // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled), in its
+    // own instance of the loop so Adam's stays as it was.
+    if (decoupled_)
+      update<true>(ps, lr_ / bc1, std::sqrt(bc2));
+    else
+      update<false>(ps, lr_ / bc1, std::sqrt(bc2));
+  }
+
+ private:
+  template <bool kDecoupled>
+  void update(ParamStore& ps, float stepSize, float bc2Sqrt) {
     float* p = ps.values();
     const float* g = ps.grads();
     float* m = state_[0].second.data();
     float* v = state_[1].second.data();
     const std::size_t n = ps.size();
-    const double t = static_cast<double>(steps_);
-    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta1), t));
-    const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta2), t));
-    const float stepSize = lr_ / bc1, bc2Sqrt = std::sqrt(bc2);
     const float b1 = o_.beta1, b2 = o_.beta2, eps = o_.eps;
-    // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled).
-    const float wd = decoupled_ ? 0.f : o_.weightDecay, shrink = decoupled_ ? 1.f - lr_ * o_.weightDecay : 1.f;
+    const float wd = kDecoupled ? 0.f : o_.weightDecay, shrink = 1.f - lr_ * o_.weightDecay;
 #pragma omp simd
     for (std::size_t i = 0; i < n; ++i) {
-      p[i] *= shrink;
+      if constexpr (kDecoupled) p[i] *= shrink;
       float d = g[i] + wd * p[i];
       m[i] = m[i] * b1 + (1.f - b1) * d;
       v[i] = v[i] * b2 + (1.f - b2) * d * d;

@@ -3,11 +3,9 @@
 
 #include <algorithm>
 
-#include <fmt/format.h>
-
+#include "fnv.hpp"
 #include "xspawn/collectives.hpp"
 #include "xspawn/data/rng.hpp"
-#include "xspawn/error.hpp"
 #include "xspawn/xspawn.hpp"
 
 namespace xs {
@@ -17,11 +15,7 @@ EvalResult evaluate(engine::Model& model, const data::Dataset& test, const data:
   const std::int64_t rank = xs::get_ordinal(), world = xs::world_size();
   const std::int64_t share = (test.size() - rank + world - 1) / world;  // images rank, rank + world, ...
   const std::size_t per = transform.outSize();
-  const engine::Shape sample{transform.outChannels(), transform.outHeight(), transform.outWidth()};
-  XS_CHECK(sample == model.inputShape(), ShapeError,
-           fmt::format("evaluate: model '{}' takes samples of {} but the transform makes {}: resize or convert "
-                       "the images in the transform to {}",
-                       model.name(), model.inputShape().str(), sample.str(), model.inputShape().str()));
+  model.checkSample(engine::Shape{transform.outChannels(), transform.outHeight(), transform.outWidth()});
   std::vector<float> images(per * static_cast<std::size_t>(batchSize));
   std::vector<std::int32_t> labels(static_cast<std::size_t>(batchSize));
   double sums[5] = {0, 0, 0, 0, 0};  // correct, loss * images, images; rank 0's whole batches: correct, images
@@ -53,12 +47,9 @@ EvalResult evaluate(engine::Model& model, const data::Dataset& test, const data:
 }
 
 std::uint64_t weights_hash(engine::Model& model) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (engine::ParamStore* store : {&model.params(), &model.buffers()}) {
-    const auto* p = reinterpret_cast<const unsigned char*>(store->values());
-    const std::size_t bytes = store->size() * sizeof(float);
-    for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-  }
+  std::uint64_t h = detail::kFnvOffset;
+  for (engine::ParamStore* store : {&model.params(), &model.buffers()})
+    h = detail::fnv1a(store->values(), store->size() * sizeof(float), h);
   return h;
 }
 

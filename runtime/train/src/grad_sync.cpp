@@ -3,12 +3,12 @@
 #include "grad_sync.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "fnv.hpp"
 #include "xspawn/collectives.hpp"
 #include "xspawn/error.hpp"
 #include "xspawn/xspawn.hpp"
@@ -20,14 +20,11 @@ static_assert(kStepStats * sizeof(float) == 64, "the gradients after the statist
 
 // The model's parameter layout in one number: names, shapes and offsets (FNV-1a).
 std::uint64_t layoutHash(engine::Model& model) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  auto mix = [&h](const void* p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ULL;
-  };
+  std::uint64_t h = kFnvOffset;
   for (const engine::ParamView& v : model.params().views()) {
-    mix(v.name.data(), v.name.size());
-    mix(&v.offset, sizeof v.offset);
-    mix(&v.count, sizeof v.count);
+    h = fnv1a(v.name.data(), v.name.size(), h);
+    h = fnv1a(&v.offset, sizeof v.offset, h);
+    h = fnv1a(&v.count, sizeof v.count, h);
   }
   return h;
 }
@@ -62,7 +59,6 @@ GradientSync::GradientSync(engine::Model& model, std::size_t bucketBytes)
   checkSameModel(model);
   // Every rank allocates at the same point of the program, so the buffers line up in the heap.
   shared_ = static_cast<float*>(xs::shared_alloc((kStepStats + count_) * sizeof(float)));
-  std::fill(shared_, shared_ + kStepStats, 0.f);
   model_.bindGradients(shared_ + kStepStats, count_);
   const std::size_t bucketFloats = bucketBytes / sizeof(float);
   if (bucketFloats == 0 || bucketFloats >= count_) return;  // one all-reduce after backward
@@ -96,10 +92,7 @@ void GradientSync::allReduce(std::span<float> stats) {
     xs::all_reduce(buffers.values(), buffers.values(), buffers.size(), xs::DType::kFloat32,
                    xs::ReduceOp::kMean, opt);
   }
-  if (reducer_) {
-    reducer_->begin();  // the next backward's buckets
-    armed_ = true;
-  }
+  arm();  // the next backward's buckets
 }
 
 GradientSync& gradientSync(engine::Model& model, const DataParallelOptions& options) {

@@ -23,13 +23,8 @@ engine::DeviceOptions device_options(engine::Precision precision, std::size_t me
 }
 
 engine::StepResult train_step(engine::Model& model, const data::Batch& batch) {
-  model.zeroGrad();
-  model.setBatch(batch.images.data(), batch.labels.data(), batch.size,
-                 engine::Shape{batch.channels, batch.height, batch.width});
-  model.forward(true);
-  engine::StepResult r{model.loss(), model.correct(), batch.size};
-  model.backward();
-  return r;
+  model.checkSample(engine::Shape{batch.channels, batch.height, batch.width});
+  return model.trainStep(batch.images.data(), batch.labels.data(), batch.size);
 }
 
 void data_parallel(engine::Model& model, const DataParallelOptions& options) {

@@ -46,10 +46,11 @@ class Model {
   std::uint64_t seed() const { return seed_; }
   double forwardFlopsPerSample() const { return flops_; }
 
+  // ShapeError, saying how to fix it, unless samples of shape `sample` are what the model takes.
+  void checkSample(const Shape& sample) const;
   // Host -> device transfer of a batch: images [batch, c, h, w], labels [batch] in
-  // [0, numClasses). A batch of another per-sample shape is refused (ShapeError).
+  // [0, numClasses).
   void setBatch(const float* images, const std::int32_t* labels, int batch);
-  void setBatch(const float* images, const std::int32_t* labels, int batch, const Shape& sample);
   // Logits [batch, classes] of the current batch; train selects batch statistics and dropout.
   const Tensor& forward(bool train);
   float loss();      // mean cross-entropy of the last forward
