@@ -1,10 +1,12 @@
 // custom_network.cpp: a network of one's own (a small residual net with batch-norm, pools and
 // dropout) on a dataset of one's own made by a function, trained with SGD + nesterov and a
 // cosine schedule, gradients all-reduced in buckets while backward runs; a checkpoint every
-// epoch, and --resume continues from it bit for bit.
+// epoch, and --resume continues from it bit for bit; so does a restarted job by itself.
 //
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --stop-after 2
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --resume 1   # epochs 3 and 4
+//   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --max-restarts 1 \
+//       --inject-fault rank=1,step=100,kind=crash   # rank 1 dies in epoch 2; the new gang resumes
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -56,7 +58,9 @@ std::unique_ptr<nn::Sequential> residualNet() {
 void map_fn(int, const xs::Flags& flags) {
   const int epochs = flags.get("epochs", 3), stopAfter = flags.get("stop-after", epochs);
   const std::string checkpoint = flags.get("checkpoint", "");
-  const bool resume = flags.get("resume", 0) != 0;
+  // A restarted gang (--max-restarts) picks up the last checkpoint, as --resume does.
+  const bool restarted = xs::restart_count() > 0 && !checkpoint.empty() && std::filesystem::exists(checkpoint);
+  const bool resume = flags.get("resume", 0) != 0 || restarted;
   const data::Dataset train = stripes(data::Split::kTrain, 2048), test = stripes(data::Split::kTest, 512);
 
   xs::engine::Device device(xs::device_options());
@@ -79,7 +83,9 @@ void map_fn(int, const xs::Flags& flags) {
   if (resume) {
     state = xs::load(checkpoint, model, *optimizer);
     loader.restore(state.sampler);
-    xs::master_print("resumed from {} at step {} (epoch {})", checkpoint, state.step, state.epoch + 1);
+    xs::master_print("{}resumed from {} at step {} (epoch {})",
+                     restarted ? fmt::format("restart {}: ", xs::restart_count()) : "", checkpoint, state.step,
+                     state.epoch + 1);
   }
   for (int epoch = static_cast<int>(state.epoch); epoch < std::min(epochs, stopAfter); ++epoch) {
     optimizer->setLr(schedule.at(epoch));

@@ -33,6 +33,8 @@ po::options_description launcherOptions() {
     ("shared-heap", po::value<std::string>()->default_value("1G"), "shared memory per rank for zero-copy tensors (xs::shared_alloc): reserved, taken only as allocated")
     ("stage-size", po::value<std::string>()->default_value("2M"), "collectives' staging buffer per rank (two of them)")
     ("machine-buffer", po::value<std::string>()->default_value("4M"), "under mpirun: rendezvous payloads between machines")
+    ("max-restarts", po::value<std::string>()->default_value("0"), "after a failure, stop the gang and start a new one, up to N times (workers see XSPAWN_RESTART_COUNT)")
+    ("inject-fault", po::value<std::string>(), "act out a failure for CI: SPEC such as rank=2,step=100,kind=crash (kinds: crash, segv, abort, exit:N, throw, hang, spin, stop, slow:200ms, oom; triggers: step=N, at=TAG, collective=K; attempt=N)")
     ("help,h", "show this help")
     ("version", "show the version");
   return d;
@@ -105,7 +107,8 @@ std::string launcherHelp() {
          "  clean              remove shared memory left by jobs whose launcher was killed\n\n"
       << launcherOptions()
       << "\nExit status: 0 when every rank exited 0; otherwise the first failing rank's exit code,\n"
-         "or 128+signal; 2 for a usage error.\n";
+         "or 128+signal; 124 when ranks stalled (the others timed out waiting for them); 2 for a\n"
+         "usage error. With --max-restarts, the last attempt's.\n";
   return out.str();
 }
 
@@ -190,6 +193,17 @@ Invocation parseLauncher(int argc, char** argv) {
   if (o.stageBytes < 4096) bad("--stage-size must be at least 4K");
   o.machineBufferBytes = parseBytes(vm["machine-buffer"].as<std::string>(), "--machine-buffer");
   if (o.machineBufferBytes < 4096) bad("--machine-buffer must be at least 4K");
+  const std::string restarts = vm["max-restarts"].as<std::string>();
+  std::size_t used = 0;
+  try {
+    o.maxRestarts = std::stoi(restarts, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != restarts.size() || o.maxRestarts < 0 || o.maxRestarts > 1000) {
+    bad(fmt::format("--max-restarts must be a whole number from 0 to 1000 (got '{}')", restarts));
+  }
+  if (vm.count("inject-fault")) o.injectFault = vm["inject-fault"].as<std::string>();
   o.tagOutput = vm.count("tag-output") > 0;
   o.quiet = vm.count("quiet") > 0;
   return inv;

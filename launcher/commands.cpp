@@ -18,6 +18,7 @@
 
 // The launcher uses the runtime's internal sweep for `clean`.
 #include "segment.hpp"
+#include "subprocess.hpp"
 
 namespace po = boost::program_options;
 
@@ -113,29 +114,9 @@ namespace {
 
 // Runs argv in a child, its stderr passed through, its stdout returned; sets *status.
 std::string captureOutput(const std::vector<std::string>& argv, int* status) {
-  int fds[2];
-  if (::pipe(fds) != 0) XS_THROW(SystemError, "pipe failed");
-  std::fflush(stdout);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return out;
+  detail::Captured c = detail::runCaptured(argv, false);
+  *status = c.status;
+  return c.out;
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ packages=(
   libdnnl-dev libopenblas-dev
   dataset-fashion-mnist
   procps python3
+  elfutils   # eu-stack: the stacks of stalled ranks in failure reports
 )
 if [[ $bench == 1 ]]; then
   packages+=(python3-torch python3-numpy hyperfine)

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -52,6 +53,31 @@ std::uint32_t bigEndian(const unsigned char* p) {
   return std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 | std::uint32_t{p[2]} << 8 | p[3];
 }
 
+// The trailer's length did not match: read the whole stream to say what is wrong with it (a
+// cut-off file's last bytes are compressed data, not a trailer).
+[[noreturn]] void throwGzipMismatch(const fs::path& path, std::uint32_t count, std::uint64_t expect, std::uint64_t size) {
+  const std::string name = path.string();
+  gzFile f = gzopen(path.c_str(), "rb");
+  std::uint64_t total = 0;
+  std::vector<char> buf(1 << 20);
+  int got = 0;
+  while (f && (got = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0) total += static_cast<std::uint64_t>(got);
+  int err = Z_OK;
+  std::string zlib = f ? gzerror(f, &err) : "cannot reopen it";
+  if (zlib.rfind(name + ": ", 0) == 0) zlib = zlib.substr(name.size() + 2);
+  if (f) gzclose(f);
+  if (err == Z_BUF_ERROR || got < 0) {
+    XS_THROW(xs::TruncatedError,
+             fmt::format("{}: the gzip stream is truncated: its {} compressed bytes end in the middle of the data, after {} of "
+                         "the {} bytes its header announces ({} items; zlib: {}); the download or copy was cut short: "
+                         "re-download it",
+                         name, size, total, expect, count, zlib));
+  }
+  XS_THROW(xs::TruncatedError, fmt::format("{}: {}: header says {} items ({} bytes) but the gzip stream holds {} bytes; "
+                                           "re-download it",
+                                           name, total < expect ? "truncated" : "trailing data", count, expect, total));
+}
+
 // Header of an IDX file (raw or .gz): magic, count and (images) rows, cols; then the size the
 // header implies against the file's size (raw) or the gzip trailer's size (mod 2^32).
 std::uint32_t checkIdxFile(const fs::path& path, std::uint32_t magic, int dims) {
@@ -94,9 +120,7 @@ std::uint32_t checkIdxFile(const fs::path& path, std::uint32_t magic, int dims) 
     in.seekg(-4, std::ios::end);
     in.read(reinterpret_cast<char*>(t), 4);
     const std::uint32_t isize = std::uint32_t{t[0]} | std::uint32_t{t[1]} << 8 | std::uint32_t{t[2]} << 16 | std::uint32_t{t[3]} << 24;
-    if (!in || isize != static_cast<std::uint32_t>(expect))
-      XS_THROW(xs::TruncatedError, fmt::format("{}: header says {} items ({} bytes) but the gzip stream holds {} bytes; re-download it",
-                                                      name, count, expect, isize));
+    if (!in || isize != static_cast<std::uint32_t>(expect)) throwGzipMismatch(path, count, expect, size);
   }
   return count;
 }

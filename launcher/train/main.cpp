@@ -35,15 +35,17 @@ int worker(TrainOptions& o) {
   } catch (const std::exception& e) {
     return fail(e, 2);
   }
+  // Every fatal error is this rank's recorded error in the launcher's report (an abort caused
+  // by another rank is recorded as secondary: the launcher reports that rank first).
   try {
     xs::init();
     Trainer trainer(o);
     return trainer.run();
-  } catch (const xs::AbortedError& e) {
-    return fail(e, 1);  // another rank failed first: the launcher reports that one
   } catch (const UsageError& e) {
+    xs::record_error(std::current_exception());
     return fail(e, 2);
   } catch (const std::exception& e) {
+    xs::record_error(std::current_exception());
     return fail(e, 1);
   }
 }

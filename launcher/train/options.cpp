@@ -58,7 +58,8 @@ po::options_description describeOptions() {
       ("seed", po::value<std::uint64_t>(), "seed of the weights, the shuffling and the augmentation (default 1234)")
       ("precision", po::value<std::string>(), "fp32 | bf16: bf16 products, fp32 accumulation (default: bf16 for convnet, fp32 otherwise)")
       ("eval-every", po::value<int>(), "evaluate on the test set every N epochs (0: only at the end; default 1)")
-      ("checkpoint-dir", po::value<std::string>(), "write a checkpoint there after every epoch and at the end")
+      ("checkpoint-dir", po::value<std::string>(), "write a checkpoint there after every epoch and at the end; a restarted job (xspawn --max-restarts) resumes from it by itself")
+      ("checkpoint-every", po::value<std::int64_t>(), "also write a checkpoint every N optimizer steps, so a restart loses at most N steps (0, the default: per epoch only)")
       ("resume", po::value<std::string>(), "continue from the checkpoint in this directory")
       ("metrics", po::value<std::string>(), "append one JSON line per epoch and evaluation to FILE")
       ("max-steps", po::value<std::int64_t>(), "stop after N optimizer steps in total (0: no limit)")
@@ -139,6 +140,7 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
   take(vm, "stop-at-accuracy", o.stopAtAccuracy);
   take(vm, "log-every", o.logEvery);
   take(vm, "checkpoint-dir", o.checkpointDir);
+  take(vm, "checkpoint-every", o.checkpointEvery);
   take(vm, "resume", o.resume);
   take(vm, "metrics", o.metrics);
   take(vm, "device-memory", o.deviceMemory);
@@ -164,6 +166,10 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
                  fmt::format("--precision {}: use fp32 or bf16", o.precision));
   XS_CHECK(o.evalEvery >= 0, UsageError, fmt::format("--eval-every {}: must not be negative", o.evalEvery));
   XS_CHECK(o.maxSteps >= 0, UsageError, fmt::format("--max-steps {}: must not be negative", o.maxSteps));
+  XS_CHECK(o.checkpointEvery >= 0, UsageError,
+           fmt::format("--checkpoint-every {}: must not be negative (0: a checkpoint per epoch)", o.checkpointEvery));
+  XS_CHECK(o.checkpointEvery == 0 || !o.checkpointDir.empty(), UsageError,
+           "--checkpoint-every needs --checkpoint-dir DIR (where the checkpoints go)");
   XS_CHECK(o.logEvery >= 0, UsageError, fmt::format("--log-every {}: must not be negative", o.logEvery));
   XS_CHECK(o.stopAtAccuracy >= 0 && o.stopAtAccuracy <= 100, UsageError,
                  fmt::format("--stop-at-accuracy {}: use a percentage in [0, 100] (0: never stop early)", o.stopAtAccuracy));

@@ -34,6 +34,7 @@ struct TrainOptions {
   double stopAtAccuracy = 0;  // percent: stop at the first evaluation reaching it (0: never)
   // Where.
   std::string checkpointDir;
+  std::int64_t checkpointEvery = 0;  // steps between checkpoints (0: at the end of every epoch only)
   std::string resume;       // a checkpoint directory (or its latest.json)
   std::string metrics;      // JSON lines file
   std::string deviceMemory = "4G";

@@ -32,27 +32,25 @@ void syncPath(const fs::path& p, bool directory) {
   XS_CHECK(rc == 0, UsageError, fmt::format("{}: fsync failed: {}; check the disk", p.string(), std::strerror(err)));
 }
 
+// Files of a save that a killed process left half written (a later save or a restart removes
+// them; the committed checkpoint never refers to them).
+void removePartialFiles(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool partialWeights = name.rfind("step-", 0) == 0 && name.size() > 11 && name.ends_with(".xsckpt.tmp");
+    if (partialWeights || name == std::string(kLatest) + ".tmp") fs::remove(e.path(), ec);
+  }
+}
+
 fs::path latestPath(const std::string& dirOrFile) {
   fs::path p(dirOrFile);
   std::error_code ec;
   return fs::is_directory(p, ec) ? p / kLatest : p;
 }
 
-}  // namespace
-
-void saveTrainCheckpoint(const std::string& dir, engine::Model& model, optim::Optimizer& opt,
-                         const TrainState& state) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  XS_CHECK(!ec, UsageError, fmt::format("--checkpoint-dir {}: cannot create it: {}", dir, ec.message()));
-  const fs::path d(dir);
-  TrainState s = state;
-  s.weights = fmt::format("step-{:08d}.xsckpt", state.step);
-  std::string previous;
-  try {
-    previous = readTrainState(dir).weights;
-  } catch (const std::exception&) {
-  }
+// Writes the weights, then latest.json through a temporary file renamed over the old one.
+void commit(const fs::path& d, const TrainState& s, engine::Model& model, optim::Optimizer& opt) {
   engine::saveCheckpoint((d / s.weights).string(), model, &opt);
   syncPath(d / s.weights, false);
 
@@ -67,12 +65,39 @@ void saveTrainCheckpoint(const std::string& dir, engine::Model& model, optim::Op
     std::ofstream f(tmp, std::ios::trunc);
     f << j.dump(2) << "\n";
     f.flush();
-    XS_CHECK(f.good(), UsageError, fmt::format("{}: write failed; check free disk space", tmp.string()));
+    XS_CHECK(f.good(), CheckpointError,
+             fmt::format("{}: write failed; check free disk space (the previous checkpoint is intact)", tmp.string()));
   }
   syncPath(tmp, false);
   XS_CHECK(::rename(tmp.c_str(), (d / kLatest).c_str()) == 0, UsageError,
                  fmt::format("{}: cannot rename to {}: {}", tmp.string(), kLatest, std::strerror(errno)));
   syncPath(d, true);
+}
+
+}  // namespace
+
+void saveTrainCheckpoint(const std::string& dir, engine::Model& model, optim::Optimizer& opt,
+                         const TrainState& state) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  XS_CHECK(!ec, UsageError, fmt::format("--checkpoint-dir {}: cannot create it: {}", dir, ec.message()));
+  const fs::path d(dir);
+  removePartialFiles(d);
+  TrainState s = state;
+  s.weights = fmt::format("step-{:08d}.xsckpt", state.step);
+  std::string previous;
+  try {
+    previous = readTrainState(dir).weights;
+  } catch (const std::exception&) {
+  }
+  try {
+    commit(d, s, model, opt);
+  } catch (...) {
+    // Nothing of a failed save stays behind; latest.json still names the previous checkpoint.
+    if (s.weights != previous) fs::remove(d / s.weights, ec);
+    fs::remove(d / (std::string(kLatest) + ".tmp"), ec);
+    throw;
+  }
   if (!previous.empty() && previous != s.weights) fs::remove(d / previous, ec);
 }
 

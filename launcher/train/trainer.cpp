@@ -108,18 +108,31 @@ Trainer::Step Trainer::step(const data::Batch& b) {
   return s;
 }
 
-void Trainer::resume() {
-  TrainState s = loadTrainCheckpoint(o_.resume, *model_, *optimizer_);
+std::string Trainer::restartCheckpoint() {
+  if (xs::restart_count() == 0 || o_.checkpointDir.empty()) return "";
+  try {
+    readTrainState(o_.checkpointDir);
+  } catch (const UsageError&) {
+    progress_.line(fmt::format("restart {}: no checkpoint in {} yet: training from the start", xs::restart_count(),
+                               o_.checkpointDir));
+    return "";
+  }
+  return o_.checkpointDir;
+}
+
+void Trainer::resume(const std::string& from) {
+  TrainState s = loadTrainCheckpoint(from, *model_, *optimizer_);
   XS_CHECK(s.worldSize == world_ && s.batchSize == o_.batchSize && s.model == o_.model && s.seed == o_.seed, UsageError,
                  fmt::format("--resume {}: the checkpoint is of {} trained by {} workers with batch {} and seed {}; resume with "
                              "--nprocs {} --model {} --batch-size {} --seed {} (the data order depends on them)",
-                             o_.resume, s.model, s.worldSize, s.batchSize, s.seed, s.worldSize, s.model, s.batchSize, s.seed));
+                             from, s.model, s.worldSize, s.batchSize, s.seed, s.worldSize, s.model, s.batchSize, s.seed));
   step_ = s.step;
   firstEpoch_ = s.sampler.epoch;
   loader_->restore(s.sampler);
   // Dropout masks are drawn from (seed, training forwards so far): continue the sequence.
   model_->setStep(static_cast<std::uint64_t>(step_));
-  progress_.line(fmt::format("resumed from {} at step {} (epoch {}, {} images into it)", o_.resume, step_,
+  progress_.line(fmt::format("{}resumed from {} at step {} (epoch {}, {} images into it)",
+                             xs::restart_count() > 0 ? fmt::format("restart {}: ", xs::restart_count()) : "", from, step_,
                              s.sampler.epoch + 1, s.sampler.position * world_));
 }
 
@@ -149,7 +162,9 @@ EvalResult Trainer::evaluateAndReport(std::int64_t epoch) {
 }
 
 int Trainer::run() {
-  if (!o_.resume.empty()) resume();
+  // A restarted job picks up its own last checkpoint; --resume names one explicitly.
+  if (const std::string from = restartCheckpoint(); !from.empty()) resume(from);
+  else if (!o_.resume.empty()) resume(o_.resume);
   xs::rendezvous("train_start");
   const auto start = Clock::now();
   const std::int64_t perEpoch = loader_->batchesPerEpoch();
@@ -197,6 +212,9 @@ int Trainer::run() {
                  {"train_accuracy", info.accuracy}, {"images_per_second", info.imagesPerSecond}, {"seconds", elapsed}});
       }
       loader_->recycle(std::move(*b));
+      if (o_.checkpointEvery > 0 && step_ % o_.checkpointEvery == 0 && inEpoch < perEpoch && step_ < total) {
+        saveCheckpoint(epoch, loader_->state());
+      }
       if (step_ >= total) {
         stop = true;
         break;

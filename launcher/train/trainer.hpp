@@ -32,7 +32,10 @@ class Trainer {
   };
   Step step(const data::Batch& batch);
   float lrAt(std::int64_t epoch) const;
-  void resume();
+  void resume(const std::string& from);
+  // On a restart of the job (xspawn --max-restarts), where to resume from: --checkpoint-dir
+  // when it holds a checkpoint, else "" (start over).
+  std::string restartCheckpoint();
   void saveCheckpoint(std::int64_t epoch, data::SamplerState sampler);
   xs::EvalResult evaluateAndReport(std::int64_t epoch);
   void metrics(const nlohmann::json& line);

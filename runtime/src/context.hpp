@@ -26,6 +26,7 @@ struct Context {
   int worldSize = 1;
   int localWorldSize = 1;
   std::string jobId;
+  int restartCount = 0;
   DeviceInfo device;
   std::unique_ptr<Collectives> collectives;  // created on first use
   std::unique_ptr<MachineClient> machineClient;  // created on first use
@@ -47,6 +48,7 @@ struct WorkerPlace {
   std::string jobId;
   std::chrono::milliseconds timeout{300000};
   WaitMode waitMode = WaitMode::kHybrid;
+  int restartCount = 0;
 };
 
 // In a forked worker: use the inherited mapping.
@@ -78,5 +80,9 @@ inline constexpr const char* kEnvTimeoutMs = "XSPAWN_TIMEOUT_MS";
 inline constexpr const char* kEnvCpu = "XSPAWN_BIND_CPU";
 inline constexpr const char* kEnvWait = "XSPAWN_WAIT";
 inline constexpr const char* kEnvFlags = "XSPAWN_FLAGS";
+// The restart this gang belongs to (0: the first start); see SpawnOptions::maxRestarts.
+inline constexpr const char* kEnvRestartCount = "XSPAWN_RESTART_COUNT";
+// Faults to act out (fault.hpp): set by --inject-fault, or by whoever starts the job.
+inline constexpr const char* kEnvInjectFault = "XSPAWN_INJECT_FAULT";
 
 }  // namespace xs::detail

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <ctime>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -10,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "fault.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::detail {
@@ -80,6 +82,7 @@ ControlPlane::ControlPlane(Segment& segment, int rank, WaitMode mode,
       oversubscribed_(segment.header().worldSize > segment.header().onlineCpus) {}
 
 std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag, std::uint64_t detail) {
+  if (fault::gArmed) fault::atOp(kind, tag);
   throwIfAborted();
   if (tag.size() >= kTagBytes) {
     XS_THROW(UsageError, fmt::format("tag '{}' is {} characters long; tags hold at most {}",
@@ -95,6 +98,11 @@ std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag, std::uint
   RankSlot& me = segment_.slot(rank_);
   // Seqlock write: mark "writing" first so a reader never pairs the old seq with new fields.
   me.opSeq.store(kSeqWriting, std::memory_order_relaxed);
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);  // the launcher's steady clock
+  const std::uint64_t nowNs = static_cast<std::uint64_t>(now.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(now.tv_nsec);
+  me.opEnterNs.store(nowNs, std::memory_order_relaxed);
+  if (seq_ == 1) me.firstOpNs.store(nowNs, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   me.opHash.store(hash_, std::memory_order_relaxed);
   me.opKind.store(static_cast<std::uint32_t>(kind), std::memory_order_relaxed);

@@ -48,6 +48,15 @@ OutputForwarder::~OutputForwarder() {
     if (f) std::fclose(f);
 }
 
+void OutputForwarder::newAttempt(int attempt) {
+  for (auto& t : tails_) t.clear();
+  for (std::FILE* f : logs_) {
+    if (!f) continue;
+    std::fprintf(f, "---- xspawn: restart %d: a new gang starts ----\n", attempt);
+    std::fflush(f);
+  }
+}
+
 void OutputForwarder::addRank(int rank, int outFd, int errFd) {
   for (int fd : {outFd, errFd}) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);

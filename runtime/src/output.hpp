@@ -31,6 +31,8 @@ class OutputForwarder {
   // a pipe open forever), then flushes partial lines.
   void drain(int budgetMs);
   std::vector<std::string> tail(int rank) const;
+  // A restarted gang: the tails start afresh and every rank's log file gets a marker line.
+  void newAttempt(int attempt);
   bool anyOpen() const;
 
  private:

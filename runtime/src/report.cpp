@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "control.hpp"
+
 namespace xs {
 
 std::string signalName(int signal) {
@@ -16,6 +18,7 @@ std::string signalName(int signal) {
 
 std::string RankOutcome::describeEnd() const {
   if (!started) return "never started";
+  if (stalled) return "stalled, then killed by xspawn";
   if (!exited) return "still running";
   if (signal != 0) {
     const char* what = sigdescr_np(signal);
@@ -25,35 +28,84 @@ std::string RankOutcome::describeEnd() const {
   return fmt::format("exited with code {}", exitCode);
 }
 
+std::string JobReport::headline() const {
+  if (succeeded()) return "";
+  const RankOutcome* root = rootCause >= 0 ? &ranks[rootCause] : nullptr;
+  std::string line;
+  if (root && root->stalled) {
+    std::vector<int> victims;
+    for (const RankOutcome& r : ranks)
+      if (r.secondary && !r.stalled) victims.push_back(r.rank);
+    line = fmt::format("rank {} stalled: {} timed out waiting for it", root->rank,
+                       victims.empty() ? std::string("the others") : detail::formatRanks(victims));
+  } else if (root) {
+    line = fmt::format("rank {} {}", root->rank, root->describeEnd());
+  } else {
+    line = !machineCause.empty() ? machineCause : std::string("no rank failed");
+  }
+  if (machines > 1) {
+    line = fmt::format("[machine {} of {}{}] {}", machine, machines, host.empty() ? "" : " (" + host + ")", line);
+  }
+  return line;
+}
+
+namespace {
+
+std::string rootCauseText(const RankOutcome& root, const std::vector<RankOutcome>& ranks) {
+  std::string out;
+  if (root.stalled) {
+    std::vector<int> laggards;
+    for (const RankOutcome& r : ranks)
+      if (r.stalled) laggards.push_back(r.rank);
+    out += fmt::format("root cause (did not arrive: {}):\n", detail::formatRanks(laggards));
+    for (const RankOutcome& r : ranks) {
+      if (!r.stalled) continue;
+      out += fmt::format("  rank {} (local rank {}, pid {}): behind the others when they timed out, at {:.2f} s\n",
+                         r.rank, r.localRank, r.pid, r.endSeconds);
+      std::string stall = r.stall;
+      for (std::size_t pos = 0; pos < stall.size();) {
+        std::size_t end = stall.find('\n', pos);
+        if (end == std::string::npos) end = stall.size();
+        out += "    " + stall.substr(pos, end - pos) + "\n";
+        pos = end + 1;
+      }
+    }
+  } else {
+    out += "root cause (first failure):\n";
+    out += fmt::format("  rank {} (local rank {}, pid {}): {} after {:.2f} s\n", root.rank, root.localRank, root.pid,
+                       root.describeEnd(), root.endSeconds);
+    out += fmt::format("  error: {}\n", root.error.empty() ? "(none recorded)" : root.error);
+    out += fmt::format("  last rendezvous: {}\n", root.lastOp.empty() ? "none" : root.lastOp);
+  }
+  if (!root.outputTail.empty()) {
+    out += fmt::format("  last output of rank {}:\n", root.rank);
+    for (const std::string& line : root.outputTail) out += "    | " + line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string JobReport::text() const {
   std::string out;
   if (succeeded()) {
-    return fmt::format("xspawn: job '{}': all {} ranks exited 0 in {:.2f} s\n", jobId, worldSize,
-                       seconds);
+    out = fmt::format("xspawn: job '{}': all {} ranks exited 0 in {:.2f} s", jobId, worldSize, seconds);
+    if (restartCount > 0) out += fmt::format(", after {} restart{}", restartCount, restartCount == 1 ? "" : "s");
+    if (attempts.size() > 1) {
+      const AttemptOutcome &failed = attempts[attempts.size() - 2], &last = attempts.back();
+      if (failed.failureSeconds >= 0 && last.readySeconds >= 0) {
+        out += fmt::format(" (the last one's gang was up {:.2f} s after the failure)", last.readySeconds - failed.failureSeconds);
+      }
+    }
+    return out + "\n";
   }
   const RankOutcome* root = rootCause >= 0 ? &ranks[rootCause] : nullptr;
-  std::string headline = root                   ? fmt::format("rank {} {}", root->rank, root->describeEnd())
-                         : !machineCause.empty() ? machineCause
-                                                 : std::string("no rank failed");
-  if (machines > 1) {
-    headline = fmt::format("[machine {} of {}{}] {}", machine, machines, host.empty() ? "" : " (" + host + ")", headline);
-  }
   if (!interruptedBy.empty()) {
-    out += fmt::format("xspawn: job '{}' interrupted by {}; {}\n", jobId, interruptedBy, headline);
+    out += fmt::format("xspawn: job '{}' interrupted by {}; {}\n", jobId, interruptedBy, headline());
   } else {
-    out += fmt::format("xspawn: job '{}' failed: {}\n", jobId, headline);
+    out += fmt::format("xspawn: job '{}' failed: {}\n", jobId, headline());
   }
-  if (root) {
-    out += "root cause (first failure):\n";
-    out += fmt::format("  rank {} (local rank {}, pid {}): {} after {:.2f} s\n", root->rank,
-                       root->localRank, root->pid, root->describeEnd(), root->endSeconds);
-    out += fmt::format("  error: {}\n", root->error.empty() ? "(none recorded)" : root->error);
-    out += fmt::format("  last rendezvous: {}\n", root->lastOp.empty() ? "none" : root->lastOp);
-    if (!root->outputTail.empty()) {
-      out += fmt::format("  last output of rank {}:\n", root->rank);
-      for (const std::string& line : root->outputTail) out += "    | " + line + "\n";
-    }
-  }
+  if (root) out += rootCauseText(*root, ranks);
   if (!root && !machineCause.empty()) {
     out += "root cause (on another machine, or between machines):\n";
     out += fmt::format("  {}\n", machineCause);
@@ -62,14 +114,23 @@ std::string JobReport::text() const {
   std::string others;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const RankOutcome& r = ranks[i];
-    if (static_cast<int>(i) == rootCause) continue;
+    if (static_cast<int>(i) == rootCause || r.stalled) continue;
     std::string line = fmt::format("  rank {} (pid {}): {}", r.rank, r.pid, r.describeEnd());
-    if (r.killedBySupervisor) line += " (stopped by xspawn after the failure)";
+    if (root && root->stalled && r.secondary) line += " (a victim: it waited for the stalled rank)";
+    else if (r.killedBySupervisor) line += " (stopped by xspawn after the failure)";
     if (!r.error.empty()) line += ": " + r.error;
     others += line + "\n";
   }
   if (!others.empty()) out += "other ranks:\n" + others;
   if (!ranksAt.empty()) out += "where every rank was: " + ranksAt + "\n";
+  if (attempts.size() > 1) {
+    out += "attempts:\n";
+    for (const AttemptOutcome& a : attempts) {
+      out += fmt::format("  attempt {} at {:.2f} s{}: {} after {:.2f} s{}\n", a.attempt, a.startSeconds,
+                         a.readySeconds >= 0 ? fmt::format(" (gang up at {:.2f} s)", a.readySeconds) : "", a.status,
+                         a.seconds, a.rootCause.empty() ? "" : ": " + a.rootCause);
+    }
+  }
   out += fmt::format("exit status {}\n", exitCode);
   return out;
 }
@@ -107,8 +168,20 @@ std::string JobReport::json() const {
     j["bound_cpu"] = r.boundCpu;
     j["last_rendezvous"] = r.lastOp;
     j["output_tail"] = r.outputTail;
+    j["stalled"] = r.stalled;
+    j["stall"] = r.stall.empty() ? json(nullptr) : json(r.stall);
     return j;
   };
+  doc["headline"] = headline();
+  doc["restart_count"] = restartCount;
+  doc["attempts"] = json::array();
+  for (const AttemptOutcome& a : attempts) {
+    doc["attempts"].push_back({{"attempt", a.attempt}, {"status", a.status}, {"exit_code", a.exitCode},
+                               {"start_seconds", a.startSeconds}, {"seconds", a.seconds},
+                               {"ready_seconds", a.readySeconds < 0 ? json(nullptr) : json(a.readySeconds)},
+                               {"failure_seconds", a.failureSeconds < 0 ? json(nullptr) : json(a.failureSeconds)},
+                               {"root_cause", a.rootCause.empty() ? json(nullptr) : json(a.rootCause)}});
+  }
   doc["root_cause"] = rootCause >= 0 ? rankJson(ranks[rootCause]) : json(nullptr);
   doc["ranks"] = json::array();
   for (const RankOutcome& r : ranks) doc["ranks"].push_back(rankJson(r));

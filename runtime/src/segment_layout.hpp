@@ -21,7 +21,7 @@ namespace xs::detail {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x314e574150535858ULL;  // "XXSPAWN1"
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr std::size_t kTagBytes = 64;      // a tag holds at most 63 characters
 inline constexpr std::size_t kErrorBytes = 2048;  // a worker's recorded error message
 inline constexpr std::size_t kAbortTextBytes = 4096;
@@ -168,7 +168,7 @@ static_assert(offsetof(SegmentHeader, generation) == 5 * kCacheLine);
 static_assert(offsetof(SegmentHeader, stageBytes) == 6 * kCacheLine);
 static_assert(offsetof(SegmentHeader, abortText) == 7 * kCacheLine);
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0);
-static_assert(sizeof(SegmentHeader) == 7 * kCacheLine + kAbortTextBytes, "layout version 2");
+static_assert(sizeof(SegmentHeader) == 7 * kCacheLine + kAbortTextBytes, "layout version 3");
 
 struct alignas(kCacheLine) RankSlot {
   // Line 0, written by the rank, read by peers checking divergence: the op (rendezvous or
@@ -182,6 +182,9 @@ struct alignas(kCacheLine) RankSlot {
   // the job can wake it at once instead of waiting for its timed futex to expire.
   std::atomic<std::uint64_t> sleepingOn;
   std::atomic<std::uint64_t> payloadBytes[2];  // this rank's rendezvous payload size, per parity
+  // CLOCK_MONOTONIC ns when the rank entered its last op: its last progress, as the launcher
+  // reports it for a rank the others waited for in vain.
+  std::atomic<std::uint64_t> opEnterNs;
   // Line 1: the op's tag text.
   alignas(kCacheLine) AtomicText<kTagBytes> opTag;
   // Line 2: process state, written by the launcher (pid, state, exit) and the rank (cpu).
@@ -193,6 +196,9 @@ struct alignas(kCacheLine) RankSlot {
   std::atomic<std::uint32_t> errorKind;  // ErrorKind; set (release) after errorText
   std::atomic<std::uint64_t> errorTimeNs;
   std::atomic<std::uint64_t> exitTimeNs;
+  // CLOCK_MONOTONIC ns when the rank entered its first op (written once, by the rank): when
+  // every rank has one, the gang is up (a restart's time to training again).
+  std::atomic<std::uint64_t> firstOpNs;
   // Line 3: how many collective syncs the rank has arrived at (see ControlPlane::syncFlags);
   // written by the rank only, polled by its peers: alone on its line.
   alignas(kCacheLine) std::atomic<std::uint64_t> syncCount;
@@ -205,7 +211,7 @@ static_assert(offsetof(RankSlot, pid) == 2 * kCacheLine);
 static_assert(offsetof(RankSlot, syncCount) == 3 * kCacheLine);
 static_assert(offsetof(RankSlot, errorText) == 4 * kCacheLine);
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
-static_assert(sizeof(RankSlot) == 4 * kCacheLine + kErrorBytes, "layout version 2");
+static_assert(sizeof(RankSlot) == 4 * kCacheLine + kErrorBytes, "layout version 3");
 
 // One ring FIFO's control words (the FIFO carrying data from rank r-1 to rank r), followed
 // in the arena by its slots. head: slots the producer has filled; tail: slots the consumer

@@ -1,4 +1,4 @@
-// supervisor.cpp: starting, watching and stopping a job's workers; spawn() and run().
+// supervisor.cpp: starting, watching and stopping a job's workers (one attempt of the job).
 #include "supervisor.hpp"
 
 #include <fcntl.h>
@@ -22,6 +22,7 @@
 
 #include "context.hpp"
 #include "control.hpp"
+#include "fault.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::detail {
@@ -32,6 +33,8 @@ namespace {
 constexpr std::chrono::milliseconds kTermDelay{500};
 // Once every worker is reaped, how long to keep reading pipes a worker's own child may hold.
 constexpr int kDrainMs = 200;
+// How often the launcher samples its ranks' progress (ops and CPU time) for stall reports.
+constexpr std::chrono::milliseconds kSampleEvery{500};
 
 std::vector<int> allowedCpus() {
   cpu_set_t set;
@@ -88,7 +91,7 @@ double Supervisor::elapsed() const {
   return std::chrono::duration<double>(Clock::now() - start_).count();
 }
 
-void Supervisor::prepare() {
+void Supervisor::prepareJob() {
   world_ = options_.nprocs == 0 ? onlineCores() : options_.nprocs;
   if (world_ < 1) {
     XS_THROW(UsageError, fmt::format("the number of processes must be at least 1 (got {})", world_));
@@ -114,6 +117,19 @@ void Supervisor::prepare() {
     XS_THROW(UsageError, "the fork start method needs a worker function; run a program with exec");
   }
 
+  if (options_.maxRestarts < 0) {
+    XS_THROW(UsageError, fmt::format("--max-restarts must be 0 or more (got {})", options_.maxRestarts));
+  }
+  if (options_.maxRestarts > 0 && place_.machines > 1) {
+    XS_THROW(UsageError, "--max-restarts is for jobs on one machine: under mpirun, restart the whole job from its "
+                         "last checkpoint instead (docs/cluster.md)");
+  }
+  // A bad fault spec is a usage error here, not N copies of it in the workers.
+  if (!options_.injectFault.empty()) {
+    parseFaults(options_.injectFault, "--inject-fault");
+  } else if (const char* spec = std::getenv(kEnvInjectFault); spec && *spec) {
+    parseFaults(spec, kEnvInjectFault);
+  }
   // Under mpirun every machine writes its own logs: DIR/machine-<k> (DIR may be shared).
   if (place_.machines > 1 && !options_.logDir.empty()) {
     options_.logDir += fmt::format("/machine-{}", place_.machine);
@@ -145,6 +161,28 @@ void Supervisor::prepare() {
     log_->warn("removed stale shared memory /dev/shm/{} of job '{}': {}", s.name, s.jobId, s.why);
   }
 
+  output_ = std::make_unique<OutputForwarder>(world_, options_.tagOutput, options_.logDir, 20,
+                                              globalRank(0));
+  cpus_ = allowedCpus();
+  if (place_.machines > 1 && static_cast<int>(cpus_.size()) < std::min(world_, onlineCores())) {
+    log_->warn("machine {}: {} binds this launcher to {} of {} CPUs, so its {} workers share them: start "
+               "mpirun with --bind-to none (docs/cluster.md)",
+               place_.machine, place_.via, cpus_.size(), onlineCores(), world_);
+  }
+}
+
+void Supervisor::prepareAttempt() {
+  segment_.reset();
+  workers_.assign(static_cast<std::size_t>(world_), Worker{});
+  phase_ = Phase::kRunning;
+  termAt_ = killAt_ = Clock::time_point::max();
+  termSent_ = killSent_ = false;
+  pgid_ = 0;
+  stallHandled_ = false;
+  progress_ = std::make_unique<ProgressTracker>(world_);
+  nextSample_ = Clock::now();
+  attemptStart_ = elapsed();
+  if (attempt_ > 0) output_->newAttempt(attempt_);
   SegmentConfig config;
   config.jobId = jobId_;
   config.geometry.worldSize = static_cast<std::uint32_t>(world_);
@@ -167,15 +205,6 @@ void Supervisor::prepare() {
     ch->machines = static_cast<std::uint32_t>(place_.machines);
     ch->bufferBytes = config.geometry.coll.machineBufferBytes;
   }
-  output_ = std::make_unique<OutputForwarder>(world_, options_.tagOutput, options_.logDir, 20,
-                                              globalRank(0));
-  cpus_ = allowedCpus();
-  if (place_.machines > 1 && static_cast<int>(cpus_.size()) < std::min(world_, onlineCores())) {
-    log_->warn("machine {}: {} binds this launcher to {} of {} CPUs, so its {} workers share them: start "
-               "mpirun with --bind-to none (docs/cluster.md)",
-               place_.machine, place_.via, cpus_.size(), onlineCores(), world_);
-  }
-  workers_.resize(world_);
 }
 
 void Supervisor::childMain(int rank, int outFd, int errFd) {
@@ -211,6 +240,8 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
   ::setenv(kEnvTimeoutMs, std::to_string(options_.timeout.count()).c_str(), 1);
   ::setenv(kEnvCpu, std::to_string(cpu).c_str(), 1);
   ::setenv(kEnvWait, std::to_string(static_cast<int>(options_.waitPolicy)).c_str(), 1);
+  ::setenv(kEnvRestartCount, std::to_string(attempt_).c_str(), 1);
+  if (!options_.injectFault.empty()) ::setenv(kEnvInjectFault, options_.injectFault.c_str(), 1);
   // MPI belongs to the launcher: a worker that starts an MPI program must not take its place.
   if (place_.machines > 1) {
     for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"}) ::unsetenv(v);
@@ -243,6 +274,7 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
   place.jobId = jobId_;
   place.timeout = options_.timeout;
   place.waitMode = static_cast<WaitMode>(options_.waitPolicy);
+  place.restartCount = attempt_;
   attachInherited(*segment_, place);
   int code = runWorkerFunction(fn_, global, options_.flags);
   std::fflush(stdout);
@@ -252,7 +284,7 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
   ::_exit(code & 0xff);
 }
 
-void Supervisor::startWorkers() {
+void Supervisor::installSignals() {
   // Signals arrive through a signalfd in the poll loop, never in a handler.
   sigset_t mask;
   sigemptyset(&mask);
@@ -265,7 +297,28 @@ void Supervisor::startWorkers() {
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ignore, &oldPipe_);
   selfPid_ = ::getpid();
+}
 
+void Supervisor::restoreSignals() {
+  ::sigaction(SIGPIPE, &oldPipe_, nullptr);
+  if (signalFd_ >= 0) {
+    ::close(signalFd_);
+    signalFd_ = -1;
+  }
+  // Pending SIGCHLDs of our (reaped) workers would otherwise hit the caller after unblocking.
+  sigset_t pending;
+  sigpending(&pending);
+  if (sigismember(&pending, SIGCHLD)) {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    timespec zero{};
+    sigtimedwait(&chld, nullptr, &zero);
+  }
+  ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
+}
+
+void Supervisor::startWorkers() {
   std::fflush(stdout);
   std::fflush(stderr);
   for (int r = 0; r < world_; ++r) {
@@ -326,6 +379,13 @@ void Supervisor::onSignal(int sig) {
   }
 }
 
+void Supervisor::drainSignals() {
+  signalfd_siginfo info;
+  while (::read(signalFd_, &info, sizeof info) == sizeof info) {
+    if (info.ssi_signo != SIGCHLD) onSignal(static_cast<int>(info.ssi_signo));
+  }
+}
+
 void Supervisor::onWorkerEnd(int r) {
   Worker& w = workers_[r];
   RankSlot& slot = segment_->slot(r);
@@ -352,6 +412,10 @@ void Supervisor::onWorkerEnd(int r) {
   log_->debug("{} after {:.3f} s", text, w.endSeconds);
   // Every rank waiting in a rendezvous or collective gives up now, naming this rank.
   ControlPlane::raiseAbort(*segment_, AbortReason::kRankFailed, r, text);
+  if (!stallHandled_ && abortReasonOf(segment_->header().abortWord.load(std::memory_order_acquire)) ==
+                            AbortReason::kTimeout) {
+    onStall();
+  }
   if (proxy_ && machineCause_.empty()) {
     // The other machines hear of this machine's root cause: the job's first abort (which a
     // failing rank raises itself, before a peer it woke can fail and be reaped first),
@@ -404,6 +468,11 @@ void Supervisor::loop() {
     }
     auto next = std::min(termSent_ ? Clock::time_point::max() : termAt_,
                          killSent_ ? Clock::time_point::max() : killAt_);
+    if (phase_ == Phase::kRunning && now >= nextSample_) {
+      sampleProgress();
+      nextSample_ = now + kSampleEvery;
+    }
+    if (phase_ == Phase::kRunning) next = std::min(next, nextSample_);
     int timeoutMs = 1000;
     if (next != Clock::time_point::max()) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
@@ -416,10 +485,7 @@ void Supervisor::loop() {
     int n = ::poll(fds.data(), fds.size(), timeoutMs);
     if (n < 0 && errno != EINTR) XS_THROW(SystemError, fmt::format("poll: {}", std::strerror(errno)));
     if (fds[0].revents & POLLIN) {
-      signalfd_siginfo info;
-      while (::read(signalFd_, &info, sizeof info) == sizeof info) {
-        if (info.ssi_signo != SIGCHLD) onSignal(static_cast<int>(info.ssi_signo));
-      }
+      drainSignals();
       reap();
     }
     if (proxy_ && (fds[1].revents & POLLIN)) onMachineEvents();
@@ -448,7 +514,7 @@ void Supervisor::onMachineEvents() {
   }
 }
 
-void Supervisor::finish() {
+void Supervisor::finishAttempt() {
   // The segment's name goes first: under mpirun a failed job's launchers get SIGKILL one
   // second after SIGTERM, and the mapping stays valid for the report anyway.
   segment_->unlink();
@@ -463,200 +529,7 @@ void Supervisor::finish() {
     proxy_->stop(clean);
     onMachineEvents();
   }
-  ::sigaction(SIGPIPE, &oldPipe_, nullptr);
-  if (signalFd_ >= 0) {
-    ::close(signalFd_);
-    signalFd_ = -1;
-  }
-  // Pending SIGCHLDs of our (reaped) workers would otherwise hit the caller after unblocking.
-  sigset_t pending;
-  sigpending(&pending);
-  if (sigismember(&pending, SIGCHLD)) {
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    timespec zero{};
-    sigtimedwait(&chld, nullptr, &zero);
-  }
-  ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
   phase_ = Phase::kDone;
 }
 
-JobReport Supervisor::buildReport() const {
-  JobReport rep;
-  rep.jobId = jobId_;
-  rep.worldSize = world_;
-  rep.startMethod = options_.startMethod == StartMethod::kFork ? "fork" : "exec";
-  rep.seconds = elapsed();
-  rep.processGroup = pgid_;
-  rep.interruptedBy = interruptedBy_;
-  const SegmentHeader& h = segment_->header();
-  std::uint64_t word = h.abortWord.load(std::memory_order_acquire);
-  if (word != 0 && word != kAbortPending) {
-    switch (abortReasonOf(word)) {
-      case AbortReason::kRankFailed: rep.abortReason = "rank failed"; break;
-      case AbortReason::kDivergence: rep.abortReason = "divergence"; break;
-      case AbortReason::kTimeout: rep.abortReason = "timeout"; break;
-      case AbortReason::kInterrupted: rep.abortReason = "interrupted"; break;
-      case AbortReason::kMachineFailed: rep.abortReason = "machine failed"; break;
-      default: rep.abortReason = "unknown"; break;
-    }
-    rep.abortText = h.abortText.load();
-  }
-  rep.ranksAt = ControlPlane::describeRanks(*segment_);
-  bool allZero = true;
-  double bestTime = 0;
-  bool bestSecondary = true;
-  for (int r = 0; r < world_; ++r) {
-    const Worker& w = workers_[r];
-    const RankSlot& slot = segment_->slot(r);
-    RankOutcome o;
-    o.rank = globalRank(r);
-    o.localRank = r;
-    o.pid = w.pid;
-    o.started = w.pid > 0;
-    o.exited = w.reaped;
-    o.exitCode = w.exitCode;
-    o.signal = w.signal;
-    o.endSeconds = w.endSeconds;
-    o.killedBySupervisor = w.stoppedByUs;
-    o.boundCpu = slot.boundCpu.load(std::memory_order_relaxed);
-    auto kind = static_cast<ErrorKind>(slot.errorKind.load(std::memory_order_acquire));
-    if (kind != ErrorKind::kNone) o.error = slot.errorText.load();
-    o.secondary = kind == ErrorKind::kSecondary || (w.stoppedByUs && kind != ErrorKind::kPrimary);
-    OpSnapshot op = ControlPlane::snapshot(slot);
-    if (op.seq != 0) o.lastOp = (op.state == OpState::kWaiting ? "at " : "past ") + op.describe();
-    o.outputTail = output_->tail(r);
-    if (o.failed()) {
-      allZero = false;
-      // The root cause: the earliest failure that was the rank's own (not a consequence of
-      // the abort), else the earliest failure.
-      const double t = w.endSeconds;
-      if (rep.rootCause < 0 || (bestSecondary && !o.secondary) ||
-          (bestSecondary == o.secondary && t < bestTime)) {
-        rep.rootCause = r;
-        bestTime = t;
-        bestSecondary = o.secondary;
-      }
-    }
-    rep.ranks.push_back(std::move(o));
-  }
-  rep.machine = place_.machine;
-  rep.machines = place_.machines;
-  if (proxy_) {
-    auto hosts = proxy_->hosts();
-    if (place_.machine < static_cast<int>(hosts.size())) rep.host = hosts[place_.machine];
-  }
-  // Another machine's failure is the root cause when no rank here failed on its own.
-  if (!machineCause_.empty() && (rep.rootCause < 0 || bestSecondary)) {
-    rep.machineCause = machineCause_;
-    rep.rootCause = -1;
-    allZero = false;
-  }
-  if (allZero && interruptedBy_.empty()) {
-    rep.status = "succeeded";
-    rep.exitCode = 0;
-  } else {
-    rep.status = interruptedBy_.empty() ? "failed" : "interrupted";
-    if (rep.rootCause >= 0) {
-      const RankOutcome& root = rep.ranks[rep.rootCause];
-      rep.exitCode = root.signal ? 128 + root.signal : root.exitCode;
-    } else if (!rep.machineCause.empty()) {
-      rep.exitCode = machineCauseCode_;
-    } else {
-      rep.exitCode = 128 + (interrupts_ ? SIGINT : 0);
-    }
-  }
-  return rep;
-}
-
-JobResult Supervisor::run() {
-  start_ = Clock::now();
-  prepare();
-  log_->info("job '{}': starting {} workers ({}), shared memory /dev/shm/{} ({} KiB, and {} MiB of shared heap "
-             "reserved, taken as allocated)",
-             jobId_, world_, options_.startMethod == StartMethod::kFork ? "fork" : "exec", segment_->name(),
-             (segment_->size() - heapReservedBytes_) / 1024, heapReservedBytes_ >> 20);
-  try {
-    startWorkers();
-    joinMachines();
-    loop();
-  } catch (...) {
-    // Never leave workers or the segment behind, whatever went wrong here.
-    if (pgid_ > 0) ::killpg(pgid_, SIGKILL);
-    for (Worker& w : workers_)
-      if (w.pid > 0 && !w.reaped) ::waitpid(w.pid, nullptr, 0);
-    finish();
-    throw;
-  }
-  finish();
-  JobResult result;
-  result.report = buildReport();
-  result.exitCode = result.report.exitCode;
-  if (!options_.logDir.empty()) {
-    std::ofstream(options_.logDir + "/report.json") << result.report.json();
-  }
-  if (result.report.succeeded()) {
-    log_->info("job '{}': all {} ranks exited 0 in {:.2f} s", jobId_, world_, result.report.seconds);
-  } else {
-    std::string text = result.report.text();
-    if (options_.printReport) {
-      std::fflush(stdout);
-      ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
-      (void)ignored;
-    }
-    if (fileLog_) fileLog_->error("job report:\n{}", text);
-  }
-  return result;
-}
-
-bool mainOptions(int argc, const char* const* argv, SpawnOptions& options) {
-  try {
-    options.flags = Flags::fromArgs(argc, argv);
-    options.quiet = true;
-    options.flags.get("nprocs", 0);  // a bad count is a usage error now, not in every worker
-    return true;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s: %s\n", argc > 0 ? argv[0] : "xspawn", e.what());
-    return false;
-  }
-}
-
-JobResult spawnWorkers(WorkerFn fn, SpawnOptions options) {
-  if (startedByXspawn()) {
-    // This process is one of the workers already (an exec'd start, or `xspawn run`): be it.
-    attachFromEnvironment();
-    // The program's own flags, with those a launcher handed down (an exec'd start of
-    // xs::spawn, where they are the same) on top; `xspawn run` hands down none.
-    Flags flags = options.flags;
-    if (const char* f = std::getenv(kEnvFlags)) {
-      const Flags handed = Flags::deserialize(f);
-      for (const auto& [key, value] : handed.values()) flags.set(key, value);
-    }
-    int code = runWorkerFunction(fn, get_ordinal(), flags);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    // The worker's life is the function's; its end is this process's end.
-    std::exit(code & 0xff);
-  }
-  Supervisor supervisor(std::move(options), std::move(fn));
-  return supervisor.run();
-}
-
 }  // namespace xs::detail
-
-namespace xs {
-
-JobResult run(SpawnOptions options) {
-  options.startMethod = StartMethod::kExec;
-  if (options.program.empty()) XS_THROW(UsageError, "run: no program given");
-  detail::Supervisor supervisor(std::move(options), {});
-  return supervisor.run();
-}
-
-int onlineCores() {
-  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
-
-}  // namespace xs

@@ -5,6 +5,10 @@
 //   kRunning --first failure--> kStopping --all reaped--> kDone
 //   kRunning --SIGINT/SIGTERM--> kStopping (signal forwarded; a second one: SIGKILL)
 //   kRunning --all exited 0----------------------------> kDone
+//   kDone (failed, restarts left, not interrupted) --new segment, new gang--> kRunning
+//
+// A failure whose abort is a timeout is a stall: the ranks behind the others are described
+// (stall.hpp) and killed at once, and the report names them as the root cause.
 #pragma once
 
 #include <signal.h>
@@ -18,6 +22,7 @@
 #include "machine_proxy.hpp"
 #include "output.hpp"
 #include "segment.hpp"
+#include "stall.hpp"
 #include "xspawn/spawn.hpp"
 
 namespace spdlog { class logger; }
@@ -40,22 +45,33 @@ class Supervisor {
     int signal = 0;
     double endSeconds = 0;
     bool stoppedByUs = false;
+    bool stalled = false;  // behind the others at a stall, killed by us
+    std::string stall;     // what the system said of it
   };
   using Clock = std::chrono::steady_clock;
 
-  void prepare();
+  void prepareJob();
+  void prepareAttempt();
+  void installSignals();
+  void restoreSignals();
   void startWorkers();
   void joinMachines();
   void onMachineEvents();
   [[noreturn]] void childMain(int rank, int outFd, int errFd);
   void loop();
   void onSignal(int sig);
+  void drainSignals();
   void reap();
   void onWorkerEnd(int rank);
+  void onStall();
+  void sampleProgress();
   void stopAfterFailure();
   void signalLiving(int sig, bool markStopped);
-  void finish();
+  void finishAttempt();
+  JobReport runAttempt();
+  bool restartAfter(const JobReport& report);
   JobReport buildReport() const;
+  RankOutcome rankOutcome(int r) const;
   double elapsed() const;
   // Local rank r's rank in the whole job, and the job's size (machines x N under mpirun).
   int globalRank(int r) const { return place_.machine * world_ + r; }
@@ -91,6 +107,12 @@ class Supervisor {
   Clock::time_point killAt_ = Clock::time_point::max();
   bool termSent_ = false;
   bool killSent_ = false;
+  int attempt_ = 0;                          // restarts so far
+  double attemptStart_ = 0;                  // elapsed() when this attempt started
+  std::vector<AttemptOutcome> attempts_;     // the attempts before this one
+  std::unique_ptr<ProgressTracker> progress_;
+  Clock::time_point nextSample_{};
+  bool stallHandled_ = false;
 };
 
 // Checks a user-given job id: 1-48 characters from [A-Za-z0-9._-].

@@ -12,6 +12,7 @@
 
 #include "collectives_impl.hpp"
 #include "context.hpp"
+#include "fault.hpp"
 #include "machine_client.hpp"
 #include "xspawn/xspawn.hpp"
 
@@ -56,6 +57,7 @@ void install(std::unique_ptr<Context> ctx) {
   slot.boundCpu.store(c->device.cpu, std::memory_order_relaxed);
   slot.pid.store(getpid(), std::memory_order_relaxed);
   gContext = c;
+  if (const char* spec = std::getenv(kEnvInjectFault); spec && *spec) fault::arm(spec, c->rank, c->restartCount);
   // Output goes to the launcher through a pipe: line-buffer it so lines arrive as written
   // and are not lost in a buffer when the process dies.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -69,6 +71,7 @@ std::unique_ptr<Context> makeContext(Segment& segment, const WorkerPlace& p) {
   ctx->worldSize = p.worldSize;
   ctx->localWorldSize = p.localWorldSize;
   ctx->jobId = p.jobId;
+  ctx->restartCount = p.restartCount;
   ctx->device = DeviceInfo{fmt::format("xcore:{}", p.rank), p.rank, p.localRank, p.cpu};
   ctx->control = std::make_unique<ControlPlane>(segment, p.localRank, p.waitMode, p.timeout);
   return ctx;
@@ -106,6 +109,7 @@ bool attachFromEnvironment() {
   p.cpu = envInt(kEnvCpu, -1);
   p.timeout = std::chrono::milliseconds(envInt(kEnvTimeoutMs, 300000));
   p.waitMode = static_cast<WaitMode>(envInt(kEnvWait, 0));
+  p.restartCount = envInt(kEnvRestartCount, 0);
   const char* job = std::getenv(kEnvJobId);
   p.jobId = job ? job : "";
   auto segment = Segment::open(std::getenv(kEnvShm));
@@ -177,6 +181,7 @@ void recordWorkerMessage(const std::string& message) { record(message, ErrorKind
 
 int runWorkerFunction(const WorkerFn& fn, int index, const Flags& flags) {
   try {
+    fault::atStart();
     return fn(index, flags);
   } catch (...) {
     std::exception_ptr e = std::current_exception();
@@ -195,7 +200,10 @@ using detail::requireContext;
 
 void init() {
   if (detail::gContext) return;
-  if (detail::attachFromEnvironment()) return;
+  if (detail::attachFromEnvironment()) {
+    detail::fault::atStart();
+    return;
+  }
   // Not started by xspawn: a world of one in private memory, so the same program runs alone.
   detail::SegmentConfig config;
   config.jobId = "standalone";
@@ -220,6 +228,8 @@ bool is_master_ordinal(bool local) {
 }
 const DeviceInfo& device() { return requireContext("device").device; }
 const std::string& job_id() { return requireContext("job_id").jobId; }
+int restart_count() { return detail::gContext ? detail::gContext->restartCount : 0; }
+void record_error(std::exception_ptr error) { detail::recordWorkerError(error); }
 
 void master_print(std::string_view line) {
   if (!is_master_ordinal(false)) return;

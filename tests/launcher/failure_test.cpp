@@ -1,6 +1,7 @@
 // failure_test.cpp: a worker that crashes, throws, exits non-zero, is killed inside a
-// rendezvous, diverges, never arrives, or leaves early: the others end promptly, the report
-// names the right rank first, the exit status is right, nothing is left behind.
+// rendezvous, diverges, never arrives, or leaves early (faults injected with --inject-fault,
+// as a user's CI would): the others end promptly, the report names the right rank first, the
+// exit status is right, nothing is left behind.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,7 +32,7 @@ std::vector<long long> stamps(const Job& job, int world, const std::string& key)
 }
 
 TEST_F(LauncherTest, SegfaultingWorker) {
-  Job job = runJob({"--nprocs", "4"}, {"run", "--", worker(), "segv", "1"});
+  Job job = runJob({"--nprocs", "4", "--inject-fault", "rank=1,at=next,kind=segv"}, {"run", "--", worker(), "chain"});
   EXPECT_EQ(job.run.exitCode, 128 + 11);
   EXPECT_NE(job.run.err.find("failed: rank 1 killed by signal SIGSEGV"), std::string::npos) << job.run.err;
   EXPECT_EQ(job.report["root_cause"]["rank"], 1);
@@ -39,25 +40,27 @@ TEST_F(LauncherTest, SegfaultingWorker) {
   EXPECT_EQ(job.report["root_cause"]["last_rendezvous"], "past 'init'#1");
   // The others were waiting in 'next' and name the dead rank.
   EXPECT_EQ(linesWith(job.run.out, "rank 1 (pid").size(), 3u) << job.run.out;
+  EXPECT_NE(job.run.err.find("| xspawn: injecting fault kind=segv on rank 1 at 'next'"), std::string::npos) << job.run.err;
   expectOthersEndedWithin(job, 1.0);
   expectClean(job);
 }
 
 TEST_F(LauncherTest, ThrowingWorkerReportsItsException) {
-  Job job = runJob({"--nprocs", "4"}, {"run", "--", worker(), "throw", "2"});
+  Job job = runJob({"--nprocs", "4", "--inject-fault", "rank=2,at=next,kind=throw"}, {"run", "--", worker(), "chain"});
   // An uncaught exception ends a C++ program through std::terminate (SIGABRT).
   EXPECT_EQ(job.run.exitCode, 128 + 6);
   EXPECT_EQ(job.report["root_cause"]["rank"], 2);
-  EXPECT_EQ(job.report["root_cause"]["error"], "std::runtime_error: boom from rank 2");
-  EXPECT_NE(job.run.err.find("error: std::runtime_error: boom from rank 2"), std::string::npos) << job.run.err;
+  const std::string error = job.report["root_cause"]["error"];
+  EXPECT_EQ(error.rfind("xs::FaultInjectedError: injected fault: kind=throw on rank 2 at 'next'", 0), 0u) << error;
+  EXPECT_NE(job.run.err.find("error: xs::FaultInjectedError: injected fault"), std::string::npos) << job.run.err;
   // Last lines of the failing rank's own output are in the report.
-  EXPECT_NE(job.run.err.find("| victim-at"), std::string::npos) << job.run.err;
+  EXPECT_NE(job.run.err.find("| xspawn: injecting fault kind=throw"), std::string::npos) << job.run.err;
   expectOthersEndedWithin(job, 1.0);
   expectClean(job);
 }
 
 TEST_F(LauncherTest, WorkerExitingWithCode3) {
-  Job job = runJob({"--nprocs", "4"}, {"run", "--", worker(), "exit3", "3"});
+  Job job = runJob({"--nprocs", "4", "--inject-fault", "rank=3,at=next,kind=exit:3"}, {"run", "--", worker(), "chain"});
   EXPECT_EQ(job.run.exitCode, 3);
   EXPECT_EQ(job.report["root_cause"]["rank"], 3);
   EXPECT_EQ(job.report["root_cause"]["exit_code"], 3);
@@ -96,19 +99,20 @@ TEST_F(LauncherTest, TagMismatchFailsAtOnceSayingWhoIsWhere) {
 }
 
 TEST_F(LauncherTest, DeadlineListsEveryRanksLastTag) {
-  Job job = runJob({"--nprocs", "4", "--timeout", "1"}, {"run", "--", worker(), "never-arrive", "2"});
-  EXPECT_NE(job.run.exitCode, 0);
+  Job job = runJob({"--nprocs", "4", "--timeout", "1", "--inject-fault", "rank=2,at=next,kind=hang"},
+                   {"run", "--", worker(), "chain"});
+  EXPECT_EQ(job.run.exitCode, 124) << job.run.err;
   EXPECT_EQ(job.report["abort"]["reason"], "timeout");
   std::string msg = job.report["abort"]["message"];
   EXPECT_NE(msg.find("timed out after 1000 ms"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rank 2 past 'init'#1"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("at 'late'#2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at 'next'#2"), std::string::npos) << msg;
   EXPECT_LT(job.run.seconds, 8.0);
   expectClean(job);
 }
 
 TEST_F(LauncherTest, RankThatExitsEarlyIsNamedByThoseWaitingForIt) {
-  Job job = runJob({"--nprocs", "3"}, {"run", "--", worker(), "early-exit", "1"});
+  Job job = runJob({"--nprocs", "3", "--inject-fault", "rank=1,at=next,kind=exit:0"}, {"run", "--", worker(), "chain"});
   EXPECT_NE(job.run.exitCode, 0);
   EXPECT_NE(job.run.err.find("rank 1 exited before reaching 'next'#2"), std::string::npos) << job.run.err;
   EXPECT_LT(job.run.seconds, 5.0);

@@ -67,4 +67,11 @@ resumed=$("$work/examples/custom_network" --nprocs 2 --epochs 3 --checkpoint "$c
 straight=$("$prefix/bin/xspawn" --nprocs 2 -q run -- "$work/examples/custom_network" --nprocs 2 --epochs 3 | grep "weights hash")
 echo "resumed: $resumed; uninterrupted: $straight"
 test "$resumed" = "$straight"
+
+step "the custom network: rank 1 killed in epoch 2, the restarted gang resumes by itself, the same weights"
+rm -f "$ck"
+restarted=$("$work/examples/custom_network" --nprocs 2 --epochs 3 --checkpoint "$ck" --max-restarts 1 \
+  --inject-fault rank=1,step=40,kind=crash | grep "weights hash")
+echo "restarted: $restarted; uninterrupted: $straight"
+test "$restarted" = "$straight"
 echo "install test passed"

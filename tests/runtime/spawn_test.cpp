@@ -38,6 +38,43 @@ TEST(SpawnTest, WorkersSeeTheirPlaceInTheJob) {
   EXPECT_FALSE(segmentExists(o.jobId));
 }
 
+TEST(SpawnTest, MaxRestartsStartsANewGangThatSeesTheRestartCount) {
+  auto o = quiet();
+  o.maxRestarts = 2;
+  JobResult r = spawn(
+      [](int index, const Flags&) {
+        rendezvous("start");
+        // The first gang fails on rank 1 with an error of its own; the second succeeds.
+        if (restart_count() == 0 && index == 1) throw std::runtime_error("first attempt fails");
+        barrier("done");
+        return restart_count() == 1 ? 0 : 30;
+      },
+      3, o);
+  EXPECT_EQ(r.exitCode, 0) << r.report.text();
+  EXPECT_EQ(r.report.restartCount, 1);
+  ASSERT_EQ(r.report.attempts.size(), 2u);
+  EXPECT_EQ(r.report.attempts[0].exitCode, 1);
+  EXPECT_EQ(r.report.attempts[0].rootCause, "rank 1 exited with code 1");
+  EXPECT_EQ(restart_count(), 0);  // outside a worker
+  EXPECT_FALSE(segmentExists(o.jobId));
+}
+
+TEST(SpawnTest, InjectedFaultFromTheOptions) {
+  auto o = quiet();
+  o.injectFault = "rank=2,at=second,kind=exit:9";
+  JobResult r = spawn(
+      [](int, const Flags&) {
+        rendezvous("first");
+        rendezvous("second");
+        return 0;
+      },
+      3, o);
+  EXPECT_EQ(r.exitCode, 9);
+  ASSERT_EQ(r.report.rootCause, 2);
+  EXPECT_EQ(r.report.ranks[2].lastOp, "past 'first'#1");
+  EXPECT_FALSE(segmentExists(o.jobId));
+}
+
 TEST(SpawnTest, RendezvousReturnsEveryPayloadInRankOrder) {
   auto o = quiet();
   o.rendezvousChunk = 64;  // force many rounds

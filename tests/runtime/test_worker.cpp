@@ -1,6 +1,7 @@
 // test_worker.cpp: a worker program for the tests, run by `xspawn run -- test_worker MODE
-// [RANK]`. Each mode acts out one behaviour (a crash, a divergence, a late rank...) on the
-// chosen rank while the others do the ordinary thing.
+// [RANK]`. Each mode acts out one behaviour (a divergence, a rank killed at a known moment...)
+// on the chosen rank while the others do the ordinary thing; crashes, hangs and the like
+// come from the launcher's own fault injection (--inject-fault) on the 'chain' mode.
 #include <signal.h>
 #include <sched.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "xspawn/collectives.hpp"
 #include "xspawn/xspawn.hpp"
@@ -82,31 +84,27 @@ int main(int argc, char** argv) {
     xs::rendezvous(me ? "save" : "epoch_end");
     return 0;
   }
-  if (mode == "never-arrive") {
+  if (mode == "chain") {
+    // 'init', then 'next': the place for faults injected by --inject-fault (at=next, ...).
+    std::printf("restart %d\n", xs::restart_count());
+    std::fflush(stdout);
     xs::rendezvous("init");
-    if (me) std::this_thread::sleep_for(std::chrono::seconds(60));
-    xs::rendezvous("late");
-    return 0;
+    return awaitAbort("next");
   }
-  if (mode == "segv" || mode == "throw" || mode == "exit3" || mode == "kill-self" ||
-      mode == "early-exit") {
+  if (mode == "collectives") {
+    // 'init', `target` all-reduces tagged 'grads' (collective=K faults), then 'done'.
+    xs::rendezvous("init");
+    std::vector<float> grads(1000, static_cast<float>(rank));
+    for (int i = 0; i < target; ++i) xs::all_reduce(std::span<float>(grads), xs::ReduceOp::kSum, {.tag = "grads"});
+    return awaitAbort("done");
+  }
+  if (mode == "kill-self") {
     xs::rendezvous("init");
     if (me) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the others sleep
       std::printf("victim-at %lld\n", nowNs());
       std::fflush(stdout);
-      if (mode == "segv") {
-        volatile int* p = nullptr;
-        *p = 1;
-      }
-      if (mode == "throw") throw std::runtime_error("boom from rank " + std::to_string(rank));
-      if (mode == "exit3") std::exit(3);
-      if (mode == "kill-self") {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the others sleep
-        std::printf("victim-at %lld\n", nowNs());
-        std::fflush(stdout);
-        raise(SIGKILL);
-      }
-      if (mode == "early-exit") return 0;
+      raise(SIGKILL);
     }
     return awaitAbort("next");
   }

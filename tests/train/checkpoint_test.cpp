@@ -1,6 +1,9 @@
 // checkpoint_test.cpp: checkpoints are committed atomically and --resume continues to the very
 // weights of an uninterrupted run, bit for bit (mid-epoch and at an epoch boundary).
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +14,7 @@
 #include "xspawn/engine/device.hpp"
 #include "xspawn/models.hpp"
 #include "xspawn/engine/model.hpp"
+#include "xspawn/error.hpp"
 #include "xspawn/optim.hpp"
 
 namespace xs::train::test {
@@ -114,6 +118,47 @@ TEST(TrainCheckpoint, InterruptedWriteKeepsThePreviousCheckpoint) {
   EXPECT_EQ(readTrainState(dir.string()).step, 8);
   EXPECT_FALSE(fs::exists(dir / "step-00000007.xsckpt"));
   EXPECT_FALSE(fs::exists(dir / "latest.json.tmp"));
+  fs::remove_all(dir);
+}
+
+TEST(TrainCheckpoint, FailedWriteLeavesNoPartialFileAndKeepsThePrevious) {
+  fs::path dir = freshDir("disk-full");
+  engine::Device dev;
+  models::ModelConfig cfg;
+  cfg.name = "mlp";
+  engine::Model model(dev, models::network(cfg), cfg.seed);
+  auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.1f, 0.9f});
+  TrainState st;
+  st.step = 7;
+  st.model = "mlp";
+  saveTrainCheckpoint(dir.string(), model, *opt, st);
+  // A full disk, as this process sees it: writes past 64 KiB fail with EFBIG.
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = 64 << 10;
+  auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &tight), 0);
+  st.step = 9;
+  std::string error;
+  try {
+    saveTrainCheckpoint(dir.string(), model, *opt, st);
+  } catch (const CheckpointError& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, oldHandler);
+  EXPECT_NE(error.find("step-00000009.xsckpt.tmp' failed (File too large): check free disk space; the previous "
+                       "checkpoint is intact"), std::string::npos) << error;
+  EXPECT_EQ(filesIn(dir), (std::vector<std::string>{"latest.json", "step-00000007.xsckpt"}));
+  EXPECT_EQ(readTrainState(dir.string()).step, 7);
+  loadTrainCheckpoint(dir.string(), model, *opt);
+  // A process killed mid-save leaves partial files; the next save removes them.
+  std::ofstream(dir / "step-00000010.xsckpt.tmp") << "partial";
+  std::ofstream(dir / "latest.json.tmp") << "{";
+  st.step = 11;
+  saveTrainCheckpoint(dir.string(), model, *opt, st);
+  EXPECT_EQ(filesIn(dir), (std::vector<std::string>{"latest.json", "step-00000011.xsckpt"}));
   fs::remove_all(dir);
 }
 

@@ -1,5 +1,6 @@
 // errors_test.cpp: every bad input of `xspawn train` gives one line on stderr,
 // "xspawn train: <what, where, how to fix>", and exit status 2, before any worker starts.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -66,6 +67,23 @@ TEST(TrainErrors, CorruptFiles) {
   writeIdxDataset(dir, 20, 10);
   fs::resize_file(dir / "train-images-idx3-ubyte", 7);
   expectUsageError("--dataset mnist --data-dir " + dir.string(), "truncated");
+  fs::remove_all(dir);
+}
+
+TEST(TrainErrors, TruncatedGzipSaysTruncatedAndWhere) {
+  fs::path dir = freshDir("truncated-gz");
+  writeIdxDataset(dir, 400, 10);
+  const fs::path raw = dir / "train-images-idx3-ubyte", gz = dir / "train-images-idx3-ubyte.gz";
+  ASSERT_EQ(std::system(("gzip -c " + raw.string() + " > " + gz.string()).c_str()), 0);
+  fs::remove(raw);
+  fs::resize_file(gz, fs::file_size(gz) / 2);  // a download cut short: no gzip trailer
+  CommandResult r = runXspawn("--nprocs 2 -q train --dataset mnist --data-dir " + dir.string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(gz.string() + ": the gzip stream is truncated: its " + std::to_string(fs::file_size(gz)) +
+                       " compressed bytes end in the middle of the data, after "),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("of the 313616 bytes its header announces (400 items"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("re-download it"), std::string::npos) << r.err;
   fs::remove_all(dir);
 }
 

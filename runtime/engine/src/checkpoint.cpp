@@ -74,8 +74,9 @@ void writeDurably(const std::string& path, const std::string& bytes) {
   }
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) ::unlink(path.c_str());  // a partial file helps nobody; the previous checkpoint stays
   XS_CHECK(err == 0, CheckpointError, "writing checkpoint '" + path + "' failed (" + std::strerror(err) +
-                                          "): check free disk space");
+                                          "): check free disk space; the previous checkpoint is intact");
 }
 
 // Makes a rename inside dir durable.
@@ -113,8 +114,11 @@ void saveCheckpoint(const std::string& path, Model& model, optim::Optimizer* opt
                               crc32(0, reinterpret_cast<const Bytef*>(out.data()), out.size())));
   std::string tmp = path + ".tmp";
   writeDurably(tmp, out);
-  XS_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, CheckpointError,
-           "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    XS_THROW(CheckpointError, "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
+  }
   syncDirectory(path);
 }
 

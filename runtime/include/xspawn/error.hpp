@@ -47,6 +47,9 @@ class DivergenceError : public AbortedError { using AbortedError::AbortedError; 
 // A rendezvous or collective passed its deadline.
 class TimeoutError : public AbortedError { using AbortedError::AbortedError; };
 
+// A failure acted out on purpose (--inject-fault, XSPAWN_INJECT_FAULT with kind=throw).
+class FaultInjectedError : public Error { using Error::Error; };
+
 // An emulated core's memory (--device-memory) cannot hold an allocation.
 class OutOfMemoryError : public Error { using Error::Error; };
 // A math backend (oneDNN, OpenBLAS) refused an operation.

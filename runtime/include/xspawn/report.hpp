@@ -1,6 +1,9 @@
 // report.hpp: what happened to a job: every rank's end and the root cause of a failure
 // (first failure first: rank, pid, exit code or signal, its own error message, the last
 // rendezvous every rank reached, the failing rank's last output lines), as text and JSON.
+// When ranks time out waiting for others, the root cause is the ranks that did not arrive
+// (stalled), with what the system says of them; the ranks that waited are their victims.
+// With restarts, every attempt's outcome.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +27,27 @@ struct RankOutcome {
   int boundCpu = -1;
   std::string lastOp;       // "past 'init'#3", "at 'epoch_end'#12", ...
   std::vector<std::string> outputTail;  // its last lines of output (stdout and stderr)
+  // The others timed out waiting for this rank: it was behind them and was killed by xspawn.
+  bool stalled = false;
+  std::string stall;        // what the system said of it then: state, CPU, stack (lines)
 
   bool failed() const { return exited && (signal != 0 || exitCode != 0); }
   // "exited with code 3", "killed by signal SIGSEGV (Segmentation fault)".
   std::string describeEnd() const;
+};
+
+// One start of the job's gang (the first, or a restart after a failure).
+struct AttemptOutcome {
+  int attempt = 0;          // 0: the first start
+  std::string status;       // "succeeded", "failed", "interrupted"
+  int exitCode = 0;
+  double startSeconds = 0;  // since the job started
+  double seconds = 0;       // how long the attempt ran
+  std::string rootCause;    // one line: "rank 1 killed by signal SIGKILL (Killed)", or ""
+  // Since the job started: when every rank had reached its first rendezvous or collective
+  // (the gang is up), and when the root cause failed; -1 when it did not happen.
+  double readySeconds = -1;
+  double failureSeconds = -1;
 };
 
 struct JobReport {
@@ -50,8 +70,14 @@ struct JobReport {
   int machines = 1;
   std::string host;
   std::string machineCause;
+  // Restarts (--max-restarts): the attempt this report is of, and every attempt so far
+  // (this one last).
+  int restartCount = 0;
+  std::vector<AttemptOutcome> attempts;
 
   bool succeeded() const { return status == "succeeded"; }
+  // The root cause in one line (the headline of text()).
+  std::string headline() const;
   // The human report, for stderr.
   std::string text() const;
   // The same as a JSON document.

@@ -47,10 +47,19 @@ struct SpawnOptions {
   // between this machine's ranks and the launcher's MPI proxy.
   std::size_t machineBufferBytes = 4 * 1024 * 1024;
   std::vector<std::string> extraEnv; // "NAME=value" for every worker
+  // After a failure, stop and clean up the gang, then start a new one, up to this many times
+  // (torchrun's --max-restarts). Workers see the attempt in xs::restart_count() and
+  // XSPAWN_RESTART_COUNT. Not for jobs spanning machines. A Ctrl-C is never restarted.
+  int maxRestarts = 0;
+  // Faults to act out (fault injection for CI), e.g. "rank=2,step=100,kind=crash": see
+  // docs/process-model.md. Empty: those of XSPAWN_INJECT_FAULT in the environment, if any.
+  std::string injectFault;
 };
 
 struct JobResult {
-  int exitCode = 0;   // 0 only when every rank exited 0; else the first failure's code or 128+signal
+  // 0 only when every rank exited 0; else the first failure's code or 128+signal, 124 when
+  // ranks stalled (the others timed out waiting for them). With restarts: the last attempt's.
+  int exitCode = 0;
   JobReport report;
   bool succeeded() const { return exitCode == 0; }
 };
@@ -87,7 +96,7 @@ bool mainOptions(int argc, const char* const* argv, SpawnOptions& options);
 
 // A training program's main in one line: its flags from the command line (Flags::fromArgs:
 // --key value), `--nprocs N` workers (default: defaultNprocs; 0: one per online core), started
-// quietly by spawn. Returns the job's exit status (2 for a command line it cannot read), for
+// quietly by spawn; `--max-restarts N` and `--inject-fault SPEC` as the launcher's options. Returns the job's exit status (2 for a command line it cannot read), for
 // main to return.
 template <class Fn>
 int spawn_main(Fn&& fn, int argc, char** argv, int defaultNprocs = 0) {

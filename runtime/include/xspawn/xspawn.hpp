@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstring>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -38,6 +39,16 @@ int local_world_size();
 bool is_master_ordinal(bool local = true);
 const DeviceInfo& device();
 const std::string& job_id();
+// How many times the job's gang was restarted before this worker started (0: the first
+// start; see SpawnOptions::maxRestarts and --max-restarts), as torchrun's
+// TORCHELASTIC_RESTART_COUNT: a program resumes from its own checkpoint when it is > 0.
+int restart_count();
+
+// Records `error` as this rank's fatal error for the launcher's root-cause report (what an
+// exception escaping a worker function gets by itself under xs::spawn), for a program whose
+// own main catches its errors and returns an exit code. Marked secondary when it is the job's
+// abort caused by another rank. Does nothing outside a job.
+void record_error(std::exception_ptr error);
 
 // Prints a line on the master ordinal only.
 void master_print(std::string_view line);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <fmt/format.h>
 
+#include "fault.hpp"
 #include "grad_sync.hpp"
 #include "xspawn/engine/checkpoint.hpp"
 #include "xspawn/error.hpp"
@@ -40,6 +41,7 @@ void optimizer_step(engine::Model& model, optim::Optimizer& optimizer, std::span
            fmt::format("optimizer_step: the {} optimizer was built for another model's parameters ({} floats), "
                        "not for model '{}' ({} floats): build it from this model, e.g. optim::SGD(model, ...)",
                        optimizer.kind(), optimizer.params().size(), model.name(), model.params().size()));
+  if (detail::fault::gArmed) detail::fault::atStep();
   detail::gradientSync(model).allReduce(stats);
   optimizer.step();
 }
