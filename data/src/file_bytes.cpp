@@ -1,47 +1,125 @@
-// file_bytes.cpp: whole-file reads through zlib's gz* interface (transparent for raw files).
+// file_bytes.cpp: whole-file reads; gzip files are inflated with zlib member by member, so a
+// stream cut short, garbage after it and an empty .gz file each get their own message.
 #include "file_bytes.hpp"
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <climits>
+#include <fstream>
+#include <iterator>
+#include <new>
 #include <string>
 
 #include "xspawn/error.hpp"
 
 namespace xs::data::detail {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+constexpr std::size_t kOutChunk = 1 << 20;
+constexpr std::size_t kMaxPass = std::size_t{1} << 30;  // zlib counts in unsigned int
+constexpr const char* kAgain = "download or copy the file again";
+
+bool gzipAt(const Bytes& in, std::size_t pos) {
+  return in.size() - pos >= 2 && in[pos] == 0x1f && in[pos + 1] == 0x8b;
+}
+
+Bytes readRaw(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) XS_THROW(FileNotFoundError, path.string() + ": cannot open (check permissions)");
+  Bytes bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (file.bad()) XS_THROW(FileNotFoundError, path.string() + ": read error; check the disk and the file");
+  return bytes;
+}
+
+// An inflate stream for gzip members, ended on every path.
+class Inflater {
+ public:
+  Inflater() {
+    if (inflateInit2(&stream_, 15 + 16) != Z_OK) throw std::bad_alloc();
+  }
+  ~Inflater() { inflateEnd(&stream_); }
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+  z_stream& stream() { return stream_; }
+
+ private:
+  z_stream stream_{};
+};
+
+[[noreturn]] void throwTruncated(const std::filesystem::path& path, std::size_t size, std::size_t member,
+                                 std::size_t decompressed) {
+  const std::string which = member == 0 ? "" : " (in the gzip member that starts at byte " + std::to_string(member) + ")";
+  XS_THROW(TruncatedError, path.string() + ": the gzip stream is truncated: it ends early, at the end of the file's " +
+                               std::to_string(size) + " compressed bytes" + which +
+                               ", before the end of its data and trailer (" + std::to_string(decompressed) +
+                               " bytes decompressed by then); the download or copy was cut short: " + kAgain);
+}
+
+[[noreturn]] void throwTrailing(const std::filesystem::path& path, std::size_t size, std::size_t end,
+                                std::size_t decompressed) {
+  XS_THROW(FormatError, path.string() + ": trailing garbage after the gzip stream: the stream (" +
+                            std::to_string(decompressed) + " decompressed bytes) ends at byte " +
+                            std::to_string(end) + " but the file has " + std::to_string(size - end) +
+                            " more bytes that are not a gzip member; the file was damaged or appended to: " + kAgain);
+}
+
+[[noreturn]] void throwCorrupt(const std::filesystem::path& path, const char* zmessage, std::size_t pos,
+                               std::size_t size, std::size_t decompressed) {
+  XS_THROW(FormatError, path.string() + ": corrupt gzip stream (zlib: " +
+                            (zmessage != nullptr ? zmessage : "invalid data") + ") at byte " +
+                            std::to_string(pos) + " of " + std::to_string(size) + ", after " +
+                            std::to_string(decompressed) + " decompressed bytes; the file is damaged: " + kAgain);
+}
+
+// Inflates every gzip member of `in`; throws when it ends early, holds garbage or is corrupt.
+Bytes gunzip(const std::filesystem::path& path, const Bytes& in) {
+  Inflater inflater;
+  z_stream& z = inflater.stream();
+  Bytes out;
+  std::size_t pos = 0, have = 0, member = 0;
+  for (;;) {
+    if (have == out.size()) out.resize(out.size() + std::max(kOutChunk, out.size() / 2));
+    z.next_in = const_cast<Bytef*>(in.data() + pos);
+    z.avail_in = static_cast<uInt>(std::min(in.size() - pos, kMaxPass));
+    z.next_out = out.data() + have;
+    z.avail_out = static_cast<uInt>(std::min(out.size() - have, kMaxPass));
+    const uInt availIn = z.avail_in, availOut = z.avail_out;
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    pos += availIn - z.avail_in;
+    have += availOut - z.avail_out;
+    if (rc == Z_STREAM_END) {
+      if (pos == in.size()) break;
+      if (!gzipAt(in, pos)) throwTrailing(path, in.size(), pos, have);
+      member = pos;  // another member (files may be concatenated gzip streams)
+      inflateReset(&z);
+    } else if (rc == Z_BUF_ERROR && pos == in.size()) {
+      throwTruncated(path, in.size(), member, have);
+    } else if (rc == Z_MEM_ERROR) {
+      throw std::bad_alloc();
+    } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+      throwCorrupt(path, z.msg, pos, in.size(), have);
+    }
+  }
+  out.resize(have);
+  return out;
+}
+
+}  // namespace
 
 std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     XS_THROW(FileNotFoundError, path.string() + ": no such file");
   }
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    XS_THROW(FileNotFoundError, path.string() + ": cannot open (check permissions)");
+  Bytes bytes = readRaw(path);
+  if (bytes.empty() && path.extension() == ".gz") {
+    XS_THROW(TruncatedError, path.string() + ": empty file (0 bytes) where a gzip stream was expected; the download or copy was interrupted: " +
+                                 kAgain);
   }
-  gzbuffer(file, 1 << 17);
-  std::vector<std::uint8_t> bytes;
-  constexpr std::size_t kChunk = 1 << 20;
-  int errnum = Z_OK;
-  for (;;) {
-    const std::size_t old = bytes.size();
-    bytes.resize(old + kChunk);
-    const int got = gzread(file, bytes.data() + old, static_cast<unsigned>(kChunk));
-    if (got < 0) {
-      bytes.resize(old);
-      break;
-    }
-    bytes.resize(old + static_cast<std::size_t>(got));
-    if (got == 0) break;
-  }
-  const char* zmessage = gzerror(file, &errnum);
-  const std::string detail = zmessage != nullptr ? zmessage : "unknown zlib error";
-  gzclose(file);
-  if (errnum != Z_OK && errnum != Z_STREAM_END) {
-    XS_THROW(FormatError, path.string() + ": corrupt gzip stream (zlib: " + detail +
-                                   ") after " + std::to_string(bytes.size()) +
-                                   " decompressed bytes; re-download or re-extract the file");
-  }
-  return bytes;
+  return gzipAt(bytes, 0) ? gunzip(path, bytes) : bytes;
 }
 
 }  // namespace xs::data::detail

@@ -1,4 +1,4 @@
-// file_bytes.h: reads a whole file into memory, gunzipping it when it is gzip (raw files pass
+// file_bytes.hpp: reads a whole file into memory, gunzipping it when it is gzip (raw files pass
 // through unchanged), with errors that name the file.
 #pragma once
 
@@ -8,7 +8,9 @@
 
 namespace xs::data::detail {
 
-// Decompressed content of `path` (gzip or raw). Throws FileNotFoundError or FormatError.
+// Decompressed content of `path` (gzip, one or more members, or raw). Throws FileNotFoundError,
+// TruncatedError (a gzip stream that ends early, an empty .gz file) or FormatError (a corrupt
+// gzip stream, bytes after it that are not another gzip member).
 std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path);
 
 // Big-endian 32-bit unsigned integer at p.

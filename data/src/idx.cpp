@@ -13,6 +13,7 @@ namespace {
 constexpr std::size_t kImagesHeader = 16;
 constexpr std::size_t kLabelsHeader = 8;
 constexpr std::uint32_t kMaxSide = 1 << 16;
+constexpr const char* kAgain = "download or copy the file again";
 
 std::string hex32(std::uint32_t v) {
   char buf[16];
@@ -35,7 +36,7 @@ std::vector<std::uint8_t> readIdx(const std::filesystem::path& path, std::uint32
   if (bytes.size() < header) {
     XS_THROW(TruncatedError, path.string() + ": truncated: " + std::to_string(bytes.size()) +
                                       " bytes, shorter than the " + std::to_string(header) +
-                                      "-byte " + what + " header");
+                                      "-byte " + what + " header; " + kAgain);
   }
   return bytes;
 }
@@ -49,7 +50,7 @@ IdxImages readIdxImages(const std::filesystem::path& path) {
   const std::uint32_t cols = detail::readBigEndian32(bytes.data() + 12);
   if (rows == 0 || cols == 0 || rows > kMaxSide || cols > kMaxSide) {
     XS_THROW(FormatError, path.string() + ": implausible image size " + std::to_string(rows) +
-                                   "x" + std::to_string(cols) + " in the IDX3 header");
+                                   "x" + std::to_string(cols) + " in the IDX3 header; " + kAgain);
   }
   const std::uint64_t expected = kImagesHeader + std::uint64_t{count} * rows * cols;
   if (bytes.size() != expected) {
@@ -58,7 +59,7 @@ IdxImages readIdxImages(const std::filesystem::path& path) {
                       ": header says " + std::to_string(count) + " images of " +
                       std::to_string(rows) + "x" + std::to_string(cols) + " (" +
                       std::to_string(expected) + " bytes) but the file holds " +
-                      std::to_string(bytes.size()));
+                      std::to_string(bytes.size()) + "; " + kAgain);
   }
   IdxImages images;
   images.count = count;
@@ -77,7 +78,7 @@ std::vector<std::int32_t> readIdxLabels(const std::filesystem::path& path, int n
                   path.string() + ": " + (bytes.size() < expected ? "truncated" : "trailing data") +
                       ": header says " + std::to_string(count) + " labels (" +
                       std::to_string(expected) + " bytes) but the file holds " +
-                      std::to_string(bytes.size()));
+                      std::to_string(bytes.size()) + "; " + kAgain);
   }
   std::vector<std::int32_t> labels(count);
   for (std::uint32_t i = 0; i < count; ++i) {

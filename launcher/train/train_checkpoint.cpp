@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,26 +23,37 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLatest = "latest.json";
+constexpr const char* kLatestTmp = "latest.json.tmp";
 constexpr const char* kFormat = "xspawn-train-checkpoint";
+constexpr const char* kSpaceHint = "check free disk space and the file size limit (ulimit -f)";
 
 void syncPath(const fs::path& p, bool directory) {
-  int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  XS_CHECK(fd >= 0, UsageError, fmt::format("{}: cannot open to sync it: {}", p.string(), std::strerror(errno)));
+  int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  XS_CHECK(fd >= 0, CheckpointError,
+           fmt::format("{}: cannot open it to fsync it ({}); check the checkpoint directory", p.string(), std::strerror(errno)));
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  XS_CHECK(rc == 0, UsageError, fmt::format("{}: fsync failed: {}; check the disk", p.string(), std::strerror(err)));
+  XS_CHECK(rc == 0, CheckpointError, fmt::format("{}: fsync failed ({}); check the disk", p.string(), std::strerror(err)));
 }
 
-// Files of a save that a killed process left half written (a later save or a restart removes
-// them; the committed checkpoint never refers to them).
+// A save's files before its commit: step-*.xsckpt.tmp (the engine's) and latest.json.tmp.
+bool isPartialFile(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-", kSuffix = ".xsckpt.tmp";
+  const bool weights = name.size() >= kPrefix.size() + kSuffix.size() && name.starts_with(kPrefix) && name.ends_with(kSuffix);
+  return weights || name == kLatestTmp;
+}
+
+// Files of a save that a killed process left half written (the committed checkpoint never
+// refers to them): regular files of exactly those names, nothing else.
 void removePartialFiles(const fs::path& dir) {
   std::error_code ec;
+  std::vector<fs::path> partial;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    const bool partialWeights = name.rfind("step-", 0) == 0 && name.size() > 11 && name.ends_with(".xsckpt.tmp");
-    if (partialWeights || name == std::string(kLatest) + ".tmp") fs::remove(e.path(), ec);
+    std::error_code typeError;
+    if (e.is_regular_file(typeError) && isPartialFile(e.path().filename().string())) partial.push_back(e.path());
   }
+  for (const fs::path& p : partial) fs::remove(p, ec);
 }
 
 fs::path latestPath(const std::string& dirOrFile) {
@@ -49,29 +62,47 @@ fs::path latestPath(const std::string& dirOrFile) {
   return fs::is_directory(p, ec) ? p / kLatest : p;
 }
 
-// Writes the weights, then latest.json through a temporary file renamed over the old one.
-void commit(const fs::path& d, const TrainState& s, engine::Model& model, optim::Optimizer& opt) {
-  engine::saveCheckpoint((d / s.weights).string(), model, &opt);
-  syncPath(d / s.weights, false);
+// Writes text to path and fsyncs it; a failed write removes the partial file.
+void writeSynced(const fs::path& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  XS_CHECK(fd >= 0, CheckpointError,
+           fmt::format("{}: cannot create it ({}); check the checkpoint directory is writable (the previous checkpoint is intact)",
+                       path.string(), std::strerror(errno)));
+  std::size_t done = 0;
+  int err = 0;
+  while (done < text.size() && err == 0) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n > 0) done += static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EINTR) err = errno;
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0) return;
+  ::unlink(path.c_str());
+  XS_THROW(CheckpointError, fmt::format("{}: writing the checkpoint state failed ({}): {} (the previous checkpoint is intact)",
+                                        path.string(), std::strerror(err), kSpaceHint));
+}
 
+std::string stateText(const TrainState& s) {
   nlohmann::json j = {{"format", kFormat},          {"version", 1},
                       {"weights", s.weights},       {"epoch", s.epoch},
                       {"step", s.step},             {"sampler", {{"epoch", s.sampler.epoch}, {"position", s.sampler.position}}},
                       {"world_size", s.worldSize},  {"batch_size", s.batchSize},
                       {"model", s.model},           {"dataset", s.dataset},
                       {"seed", s.seed}};
-  const fs::path tmp = d / (std::string(kLatest) + ".tmp");
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump(2) << "\n";
-    f.flush();
-    XS_CHECK(f.good(), CheckpointError,
-             fmt::format("{}: write failed; check free disk space (the previous checkpoint is intact)", tmp.string()));
-  }
-  syncPath(tmp, false);
-  XS_CHECK(::rename(tmp.c_str(), (d / kLatest).c_str()) == 0, UsageError,
-                 fmt::format("{}: cannot rename to {}: {}", tmp.string(), kLatest, std::strerror(errno)));
-  syncPath(d, true);
+  return j.dump(2) + "\n";
+}
+
+// Everything before the commit point: the weights (written and fsynced by the engine through
+// its own temporary file), then latest.json.tmp renamed over latest.json (the commit).
+void commit(const fs::path& d, const TrainState& s, engine::Model& model, optim::Optimizer& opt) {
+  engine::saveCheckpoint((d / s.weights).string(), model, &opt);
+  syncPath(d / s.weights, false);
+  const fs::path tmp = d / kLatestTmp;
+  writeSynced(tmp, stateText(s));
+  XS_CHECK(::rename(tmp.c_str(), (d / kLatest).c_str()) == 0, CheckpointError,
+           fmt::format("{}: cannot rename it to {} ({}); check the checkpoint directory (the previous checkpoint is intact)",
+                       tmp.string(), kLatest, std::strerror(errno)));
 }
 
 }  // namespace
@@ -80,7 +111,8 @@ void saveTrainCheckpoint(const std::string& dir, engine::Model& model, optim::Op
                          const TrainState& state) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  XS_CHECK(!ec, UsageError, fmt::format("--checkpoint-dir {}: cannot create it: {}", dir, ec.message()));
+  XS_CHECK(!ec, UsageError, fmt::format("--checkpoint-dir {}: cannot create it: {}; give a directory that can be created "
+                                        "and written", dir, ec.message()));
   const fs::path d(dir);
   removePartialFiles(d);
   TrainState s = state;
@@ -95,9 +127,12 @@ void saveTrainCheckpoint(const std::string& dir, engine::Model& model, optim::Op
   } catch (...) {
     // Nothing of a failed save stays behind; latest.json still names the previous checkpoint.
     if (s.weights != previous) fs::remove(d / s.weights, ec);
-    fs::remove(d / (std::string(kLatest) + ".tmp"), ec);
+    fs::remove(d / kLatestTmp, ec);
     throw;
   }
+  // Committed: latest.json names the new weights. Should the directory's fsync fail, the
+  // previous weights stay too (a crash could bring the old latest.json back).
+  syncPath(d, true);
   if (!previous.empty() && previous != s.weights) fs::remove(d / previous, ec);
 }
 

@@ -3,7 +3,8 @@
 //   DIR/latest.json      the training state (epoch, step, sampler position, settings) naming it
 // The weights file is written and fsynced first; latest.json is written to a temporary file,
 // fsynced and renamed over the old one (the commit), then the directory is fsynced and the
-// previous weights file removed. A crash at any point leaves the previous checkpoint usable.
+// previous weights file removed. A crash at any point leaves the previous checkpoint usable;
+// a failed write leaves no partial file behind.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,10 @@ struct TrainState {
   std::string weights;     // file name of the weights, in the same directory
 };
 
-// Writes a checkpoint into dir (created if needed).
+// Writes a checkpoint into dir (created if needed), first removing the partial files a save
+// killed mid-write left there (step-*.xsckpt.tmp, latest.json.tmp). Throws UsageError when dir
+// cannot be created, CheckpointError when a write fails (its partial files removed, the
+// previous checkpoint still committed).
 void saveTrainCheckpoint(const std::string& dir, engine::Model& model, optim::Optimizer& opt,
                          const TrainState& state);
 // Reads latest.json of a checkpoint directory (or that file itself). Throws UsageError.

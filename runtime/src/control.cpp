@@ -27,6 +27,11 @@ std::uint64_t hashOp(OpKind kind, std::string_view tag) {
   return h == 0 ? 1 : h;
 }
 
+int rankBase(const Segment& segment) {
+  const MachineChannel* ch = segment.machineChannel();
+  return ch ? static_cast<int>(ch->machine) * segment.worldSize() : 0;
+}
+
 std::string formatRankRanges(const std::vector<int>& ranks) {
   std::vector<int> r = ranks;
   std::sort(r.begin(), r.end());
@@ -79,7 +84,8 @@ ControlPlane::ControlPlane(Segment& segment, int rank, WaitMode mode,
       world_(segment.worldSize()),
       waiter_(segment, rank, mode),
       timeout_(timeout),
-      oversubscribed_(segment.header().worldSize > segment.header().onlineCpus) {}
+      oversubscribed_(segment.header().worldSize > segment.header().onlineCpus),
+      base_(rankBase(segment)) {}
 
 std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag, std::uint64_t detail) {
   if (fault::gArmed) fault::atOp(kind, tag);
@@ -133,7 +139,7 @@ void ControlPlane::throwIfAborted() const {
   }
   std::string text = word == kAbortPending ? std::string("the job is aborting") : h.abortText.load();
   AbortReason reason = abortReasonOf(word);
-  std::string where = tag_.empty() ? std::string("") : fmt::format(" (rank {} was in '{}'#{})", rank_, tag_, seq_);
+  std::string where = tag_.empty() ? std::string("") : fmt::format(" (rank {} was in '{}'#{})", base_ + rank_, tag_, seq_);
   switch (reason) {
     case AbortReason::kDivergence: XS_THROW(DivergenceError, text);
     case AbortReason::kTimeout: XS_THROW(TimeoutError, text);
@@ -193,7 +199,7 @@ std::string ControlPlane::describeRanks(const Segment& segment) {
     if (state == RankState::kExited) what = "exited (code 0) " + what;
     if (state == RankState::kFailed) what = "dead " + what;
     if (!groups.count(what)) order.push_back(what);
-    groups[what].push_back(r);
+    groups[what].push_back(rankBase(segment) + r);
   }
   // The odd ones out first: smaller groups before larger ones, then by lowest rank.
   std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
@@ -246,7 +252,7 @@ void ControlPlane::failTimeout(std::uint64_t seq) {
   std::string text = fmt::format(
       "'{}'#{} timed out after {} ms on rank {}: {} (raise --timeout if a rank legitimately "
       "needs longer)",
-      tag_, seq, timeout_.count(), rank_, describeRanks(segment_));
+      tag_, seq, timeout_.count(), base_ + rank_, describeRanks(segment_));
   raiseAbort(segment_, AbortReason::kTimeout, rank_, text);
   throwIfAborted();
   XS_THROW(TimeoutError, text);
@@ -263,7 +269,7 @@ void ControlPlane::checkWhileWaiting(Clock::time_point deadline, std::span<const
     if (state != RankState::kExited && state != RankState::kFailed) return;
     OpSnapshot peer = snapshot(slot, false);
     if (peer.seq >= seq_ && peer.hash == hash_) return;  // it got here before it left
-    std::string text = fmt::format("rank {} exited before reaching '{}'#{}: {}", r, tag_, seq_,
+    std::string text = fmt::format("rank {} exited before reaching '{}'#{}: {}", base_ + r, tag_, seq_,
                                    describeRanks(segment_));
     raiseAbort(segment_, AbortReason::kRankFailed, r, text);
     throwIfAborted();

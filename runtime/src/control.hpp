@@ -74,7 +74,8 @@ class ControlPlane {
   static bool raiseAbort(Segment& segment, AbortReason reason, int rank, const std::string& text);
   // Wakes every rank sleeping in a wait, so it re-runs its checks (a peer exited, abort...).
   static void wakeSleepers(Segment& segment);
-  // "rank 3 at 'save'#12; ranks 0-2,4-7 at 'epoch_end'#12" from the slots as they are now.
+  // "rank 3 at 'save'#12; ranks 0-2,4-7 at 'epoch_end'#12" from the slots as they are now
+  // (global ranks).
   static std::string describeRanks(const Segment& segment);
   // The rank's op; without the tag text when only seq and hash matter (the hot path).
   static OpSnapshot snapshot(const RankSlot& slot, bool withTag = true);
@@ -99,7 +100,12 @@ class ControlPlane {
   std::uint64_t payloadRound_ = 0;  // rendezvous rounds so far (payload parity)
   std::uint64_t syncCount_ = 0;     // collective syncs so far (mirror of our slot's syncCount)
   bool oversubscribed_ = false;     // more ranks than cores
+  int base_ = 0;                    // rankBase(segment): this machine's first global rank
 };
+
+// The global rank of the segment's local rank 0: machine x ranks per machine under mpirun,
+// 0 on one machine. Messages name global ranks.
+int rankBase(const Segment& segment);
 
 // "0-2,4-7" for {0,1,2,4,5,6,7}.
 std::string formatRankRanges(const std::vector<int>& ranks);

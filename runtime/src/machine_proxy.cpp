@@ -78,6 +78,11 @@ std::vector<std::string> MachineProxy::hosts() const {
   return hosts_;
 }
 
+std::vector<int> MachineProxy::finishedMachines() const {
+  std::lock_guard lock(mutex_);
+  return finishedMachines_;
+}
+
 void MachineProxy::stop(bool clean) {
   if (!thread_.joinable()) return;
   clean_.store(clean);
@@ -125,6 +130,11 @@ void MachineProxy::pump() {
   }
   if (send) transport_->sendNotice(*send);
   while (auto notice = transport_->pollNotice()) {
+    if (notice->exitCode == kFinishedNotice) {
+      std::lock_guard lock(mutex_);
+      finishedMachines_.push_back(notice->from);
+      continue;
+    }
     std::string host;
     {
       std::lock_guard lock(mutex_);
@@ -353,8 +363,18 @@ void MachineProxy::threadMain() {
       futexWait(&channel_.requestSeq, static_cast<std::uint32_t>(seq), std::chrono::milliseconds(2));
     }
     pump();
-    if (clean_.load() && !broken_) transport_->finalize();
-    else flushNotices();
+    if (clean_.load() && !broken_) {
+      // The others hear that this machine is done: a failure of theirs from now on cannot
+      // reach it (it waits in MPI_Finalize), and their reports say so.
+      {
+        std::lock_guard lock(mutex_);
+        toSend_ = MachineNotice{static_cast<int>(channel_.machine), kFinishedNotice, "finished"};
+      }
+      flushNotices();
+      transport_->finalize();
+    } else {
+      flushNotices();
+    }
   } catch (const Stopped&) {
     flushNotices();
   } catch (const std::exception& e) {

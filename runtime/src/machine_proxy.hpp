@@ -58,6 +58,11 @@ class MachineProxy {
 
   // Machine names in machine order, once joined (else empty).
   std::vector<std::string> hosts() const;
+  // Machines that said they finished cleanly (every rank exited 0) and left for MPI_Finalize:
+  // a failure after that cannot reach them.
+  std::vector<int> finishedMachines() const;
+  // The exit code of a notice that says "this machine finished cleanly" (not a failure).
+  static constexpr int kFinishedNotice = -1;
 
  private:
   struct Stopped {};
@@ -94,6 +99,7 @@ class MachineProxy {
   std::optional<MachineNotice> toSend_;
   bool reported_ = false;
   std::vector<std::string> hosts_;
+  std::vector<int> finishedMachines_;
   // Thread-only state.
   bool broken_ = false;
   std::uint64_t served_ = 0;

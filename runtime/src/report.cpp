@@ -111,6 +111,14 @@ std::string JobReport::text() const {
     out += fmt::format("  {}\n", machineCause);
   }
   if (!abortText.empty()) out += fmt::format("job aborted ({}): {}\n", abortReason, abortText);
+  if (!machinesFinished.empty()) {
+    std::vector<int> machinesSorted = machinesFinished;
+    std::string list;
+    for (int m : machinesSorted) list += (list.empty() ? "" : ", ") + std::to_string(m);
+    out += fmt::format("machine{} {} had already finished cleanly (every rank exited 0) and did not hear of this "
+                       "failure: {} in MPI_Finalize until mpirun ends the job, whose exit status says it failed\n",
+                       machinesSorted.size() == 1 ? "" : "s", list, machinesSorted.size() == 1 ? "it waits" : "they wait");
+  }
   std::string others;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const RankOutcome& r = ranks[i];
@@ -153,6 +161,7 @@ std::string JobReport::json() const {
   doc["machines"] = machines;
   doc["host"] = host;
   doc["machine_cause"] = machineCause.empty() ? json(nullptr) : json(machineCause);
+  doc["machines_finished"] = machinesFinished;
   auto rankJson = [](const RankOutcome& r) {
     json j;
     j["rank"] = r.rank;

@@ -179,6 +179,7 @@ void Supervisor::prepareAttempt() {
   termSent_ = killSent_ = false;
   pgid_ = 0;
   stallHandled_ = false;
+  stallText_.clear();
   progress_ = std::make_unique<ProgressTracker>(world_);
   nextSample_ = Clock::now();
   attemptStart_ = elapsed();
@@ -425,7 +426,11 @@ void Supervisor::onWorkerEnd(int r) {
     std::string line = word != 0 && word != kAbortPending && abortReasonOf(word) != AbortReason::kMachineFailed
                            ? h.abortText.load()
                            : text;
-    proxy_->reportFailure(w.signal ? 128 + w.signal : w.exitCode, line);
+    if (!stallText_.empty()) line = stallText_;
+    // A timeout goes out as a stall (124): a machine that receives it looks for laggards of
+    // its own, who are then the root cause there (the culprit may be on any machine).
+    const bool timedOut = word != 0 && word != kAbortPending && abortReasonOf(word) == AbortReason::kTimeout;
+    proxy_->reportFailure(timedOut ? kStallExitCode : w.signal ? 128 + w.signal : w.exitCode, line);
   }
   stopAfterFailure();
 }
@@ -510,6 +515,8 @@ void Supervisor::onMachineEvents() {
       machineCauseCode_ = e.remote && e.notice.exitCode != 0 ? e.notice.exitCode : 1;
     }
     log_->error("{}", e.text);
+    // Another machine timed out waiting: if ranks here are behind, they are what it waited for.
+    if (e.remote && e.notice.exitCode == kStallExitCode && !stallHandled_ && interruptedBy_.empty()) onStall();
     stopAfterFailure();
   }
 }
@@ -526,6 +533,11 @@ void Supervisor::finishAttempt() {
     bool clean = machineCause_.empty() && interruptedBy_.empty();
     for (const Worker& w : workers_) clean = clean && w.reaped && w.signal == 0 && w.exitCode == 0;
     // Clean: leave MPI with the others (MPI_Finalize waits for the slowest machine).
+    if (clean) {
+      log_->info("machine {}: all {} ranks exited 0; waiting for the other machines to finish: a failure there "
+                 "can no longer reach this machine, and mpirun's exit status is the whole job's",
+                 place_.machine, world_);
+    }
     proxy_->stop(clean);
     onMachineEvents();
   }

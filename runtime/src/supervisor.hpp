@@ -113,7 +113,11 @@ class Supervisor {
   std::unique_ptr<ProgressTracker> progress_;
   Clock::time_point nextSample_{};
   bool stallHandled_ = false;
+  std::string stallText_;  // the stall in one line, for the other machines
 };
+
+// The exit status of a job whose root cause is a stall (as timeout(1)'s).
+inline constexpr int kStallExitCode = 124;
 
 // Checks a user-given job id: 1-48 characters from [A-Za-z0-9._-].
 void validateJobId(const std::string& jobId);

@@ -19,8 +19,6 @@ namespace {
 // The time the stack tool gets for each stalled rank, and for how many of them.
 constexpr std::chrono::milliseconds kStackBudget{3000};
 constexpr std::size_t kMaxStacks = 4;
-// The exit status of a job whose root cause is a stall (as timeout(1)'s).
-constexpr int kStallExitCode = 124;
 
 }  // namespace
 
@@ -40,6 +38,8 @@ void Supervisor::onStall() {
   for (int r : behind) global.push_back(globalRank(r));
   log_->warn("{} did not arrive where the others waited: describing {} before stopping the job",
              formatRanks(global), behind.size() == 1 ? "it" : "them");
+  stallText_ = fmt::format("{} stalled (did not arrive; stopped by xspawn): {}", formatRanks(global),
+                           segment_->header().abortText.load());
   for (std::size_t i = 0; i < behind.size(); ++i) {
     const int r = behind[i];
     Worker& w = workers_[r];
@@ -75,6 +75,7 @@ RankOutcome Supervisor::rankOutcome(int r) const {
   o.stall = w.stall;
   // At a stall, the ranks that timed out waiting are victims of the stalled ones.
   if (stallHandled_ && !w.stalled) o.secondary = true;
+  if (w.stalled) o.secondary = false;
   OpSnapshot op = ControlPlane::snapshot(slot);
   if (op.seq != 0) o.lastOp = (op.state == OpState::kWaiting ? "at " : "past ") + op.describe();
   o.outputTail = output_->tail(r);
@@ -131,9 +132,10 @@ JobReport Supervisor::buildReport() const {
   if (proxy_) {
     auto hosts = proxy_->hosts();
     if (place_.machine < static_cast<int>(hosts.size())) rep.host = hosts[place_.machine];
+    rep.machinesFinished = proxy_->finishedMachines();
   }
   // Another machine's failure is the root cause when no rank here failed on its own.
-  if (!machineCause_.empty() && (rep.rootCause < 0 || bestSecondary)) {
+  if (!machineCause_.empty() && (rep.rootCause < 0 || (bestSecondary && !bestStalled))) {
     rep.machineCause = machineCause_;
     rep.rootCause = -1;
     allZero = false;

@@ -105,16 +105,85 @@ TEST_P(IdxErrors, ErrorsCarryTheirSourceLocation) {
 INSTANTIATE_TEST_SUITE_P(RawAndGzip, IdxErrors, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "gzip" : "raw"; });
 
+// Writes `bytes` as is to a file named `name` (which may end in .gz) in dir.
+std::filesystem::path writeAsIs(const TempDir& dir, const std::string& name, const Bytes& bytes) {
+  test::writeFile(dir.path() / "as-is", bytes);  // no .gz suffix: written as is
+  std::filesystem::rename(dir.path() / "as-is", dir.path() / name);
+  return dir.path() / name;
+}
+
+// The gzip file of 50 images of 28x28 (39216 bytes of IDX).
+Bytes gzipImages(const TempDir& dir) {
+  test::writeFile(dir.path() / "whole.gz", test::idxImages(50, 28, 28));
+  return test::readRaw(dir.path() / "whole.gz");
+}
+
 TEST(GzipErrors, TruncatedStream) {
   TempDir dir;
-  const auto path = dir.path() / "train-images-idx3-ubyte.gz";
-  test::writeFile(path, test::idxImages(50, 28, 28));
-  Bytes gz = test::readRaw(path);
+  Bytes gz = gzipImages(dir);
   gz.resize(gz.size() / 2);
-  test::writeFile(dir.path() / "cut", gz);  // no .gz suffix: written as is
-  std::filesystem::rename(dir.path() / "cut", path);
+  const auto path = writeAsIs(dir, "train-images-idx3-ubyte.gz", gz);
+  const std::string m = test::messageOf<TruncatedError>([&] { readIdxImages(path); });
+  expectContains(m, path.string() + ": the gzip stream is truncated: it ends early, at the end of the file's " +
+                        std::to_string(gz.size()) + " compressed bytes, before the end of its data and trailer (");
+  expectContains(m, " bytes decompressed by then); the download or copy was cut short: download or copy the file again");
+  EXPECT_EQ(m.find("4274266709"), std::string::npos) << m;
+  test::writeFile(dir.path() / "train-labels-idx1-ubyte", test::idxLabels(50));
+  expectContains(test::messageOf<TruncatedError>([&] { loadIdxDataset(dir.path(), Split::kTrain, "mnist"); }),
+                 "train-images-idx3-ubyte.gz: the gzip stream is truncated");
+}
+
+TEST(GzipErrors, TruncatedInTheHeaderOrTrailer) {
+  TempDir dir;
+  Bytes gz = gzipImages(dir);
+  Bytes trailerCut(gz.begin(), gz.end() - 3);  // all the data, part of the length field
+  expectContains(test::messageOf<TruncatedError>([&] { readIdxImages(writeAsIs(dir, "a.gz", trailerCut)); }),
+                 "a.gz: the gzip stream is truncated: it ends early, at the end of the file's " +
+                     std::to_string(trailerCut.size()) +
+                     " compressed bytes, before the end of its data and trailer (39216 bytes decompressed by then)");
+  Bytes headerCut(gz.begin(), gz.begin() + 5);
+  expectContains(test::messageOf<TruncatedError>([&] { readIdxImages(writeAsIs(dir, "b.gz", headerCut)); }),
+                 "b.gz: the gzip stream is truncated: it ends early, at the end of the file's 5 compressed bytes, "
+                 "before the end of its data and trailer (0 bytes decompressed by then)");
+}
+
+TEST(GzipErrors, TrailingGarbageAfterACompleteStream) {
+  TempDir dir;
+  Bytes gz = gzipImages(dir);
+  const std::size_t end = gz.size();
+  for (char c : std::string("garbage!")) gz.push_back(static_cast<std::uint8_t>(c));
+  const auto path = writeAsIs(dir, "t10k-images-idx3-ubyte.gz", gz);
   expectContains(test::messageOf<FormatError>([&] { readIdxImages(path); }),
-                 path.string() + ": corrupt gzip stream (zlib: ");
+                 path.string() + ": trailing garbage after the gzip stream: the stream (39216 decompressed bytes) ends at byte " +
+                     std::to_string(end) + " but the file has 8 more bytes that are not a gzip member; the file was "
+                     "damaged or appended to: download or copy the file again");
+}
+
+TEST(GzipErrors, ConcatenatedMembersAreOneStreamAndACutOneSaysWhere) {
+  TempDir dir;
+  const Bytes idx = test::idxImages(50, 28, 28);
+  test::writeFile(dir.path() / "head.gz", Bytes(idx.begin(), idx.begin() + 1000));
+  test::writeFile(dir.path() / "tail.gz", Bytes(idx.begin() + 1000, idx.end()));
+  const Bytes head = test::readRaw(dir.path() / "head.gz");
+  Bytes both = head;
+  const Bytes tail = test::readRaw(dir.path() / "tail.gz");
+  both.insert(both.end(), tail.begin(), tail.end());
+  const IdxImages images = readIdxImages(writeAsIs(dir, "both.gz", both));
+  EXPECT_EQ(images.count, 50);
+  EXPECT_EQ(images.pixels, Bytes(idx.begin() + 16, idx.end()));
+  both.resize(both.size() - 100);
+  expectContains(test::messageOf<TruncatedError>([&] { readIdxImages(writeAsIs(dir, "cut.gz", both)); }),
+                 "cut.gz: the gzip stream is truncated: it ends early, at the end of the file's " +
+                     std::to_string(both.size()) + " compressed bytes (in the gzip member that starts at byte " +
+                     std::to_string(head.size()) + "), before the end of its data and trailer (");
+}
+
+TEST(GzipErrors, EmptyGzFile) {
+  TempDir dir;
+  const auto path = writeAsIs(dir, "train-labels-idx1-ubyte.gz", {});
+  expectContains(test::messageOf<TruncatedError>([&] { readIdxLabels(path); }),
+                 path.string() + ": empty file (0 bytes) where a gzip stream was expected; the download or copy was "
+                                 "interrupted: download or copy the file again");
 }
 
 TEST(GzipErrors, CorruptedStream) {
@@ -125,7 +194,9 @@ TEST(GzipErrors, CorruptedStream) {
   gz[gz.size() - 6] ^= 0xff;  // inside the CRC-32 trailer
   test::writeFile(dir.path() / "bad", gz);
   std::filesystem::rename(dir.path() / "bad", path);
-  expectContains(test::messageOf<FormatError>([&] { readIdxImages(path); }), "corrupt gzip stream");
+  const std::string m = test::messageOf<FormatError>([&] { readIdxImages(path); });
+  expectContains(m, path.string() + ": corrupt gzip stream (zlib: ");
+  expectContains(m, "decompressed bytes; the file is damaged: download or copy the file again");
 }
 
 TEST(CifarErrors, TruncatedBatch) {

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
+#include "file_size_limit.hpp"
 #include "test_util.hpp"
 #include "xspawn/engine/checkpoint.hpp"
 #include "xspawn/models.hpp"
@@ -104,6 +106,26 @@ TEST_F(Checkpoint, SaveLeavesNoTemporaryAndMissingDirectoryIsAClearError) {
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("check the directory exists"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(Checkpoint, FailedWriteRemovesItsTemporaryAndKeepsThePrevious) {
+  Model a = test::build(dev_, cfg("mlp", 1));
+  auto opt = optim::SGD(a.params(), dev_, optim::SgdOptions{0.1f, 0.9f});
+  train(a, *opt);
+  saveCheckpoint(path_, a, opt.get());
+  const std::vector<float> saved(a.params().values(), a.params().values() + a.params().size());
+  const auto bytes = std::filesystem::file_size(path_);
+  train(a, *opt);
+  // A disk that fills up half way through the next save.
+  const fsize::LimitedRun run = fsize::underFileSizeLimit(bytes / 2, [&] { saveCheckpoint(path_, a, opt.get()); });
+  EXPECT_EQ(run.kind, "CheckpointError") << run.message;
+  EXPECT_NE(run.message.find("writing checkpoint '" + path_ + ".tmp' failed (File too large): check free disk space "
+                             "and the file size limit (ulimit -f); the previous checkpoint is intact"),
+            std::string::npos) << run.message;
+  EXPECT_FALSE(std::filesystem::exists(path_ + ".tmp"));
+  EXPECT_EQ(std::filesystem::file_size(path_), bytes);
+  loadCheckpoint(path_, a, opt.get());
+  EXPECT_EQ(0, std::memcmp(a.params().values(), saved.data(), saved.size() * sizeof(float)));
 }
 
 TEST_F(Checkpoint, OtherVersionIsRejected) {

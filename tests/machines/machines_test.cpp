@@ -115,21 +115,45 @@ TEST_F(MachinesTest, EveryCollectiveMatchesTheReferenceOnThreeMachines) {
 
 TEST_F(MachinesTest, AFailureOnOneMachineEndsEveryMachineWithTheRootCause) {
   // Global rank 3 is local rank 1 of machine 1; it throws in its sixth all-reduce.
-  RunResult r = runWorkers(2, 2, {"crash", "3"}, {}, 60);
+  RunResult r = runWorkers(2, 2, {"loop"}, {"--inject-fault", "rank=3,collective=6,kind=throw"}, 60);
   EXPECT_NE(r.exitCode, 0);
   EXPECT_LT(r.seconds, 30) << "the machines took too long to stop";
   // Machine 1 reports its own rank; machine 0 reports machine 1's failure as its root cause.
-  EXPECT_NE(r.err.find("boom from rank 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("injected fault: kind=throw on rank 3 at collective 6"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("[machine 0 of 2"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("machine 1 ("), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 3 (local rank 1"), std::string::npos) << r.err;
   expectClean(2);
 }
 
+TEST_F(MachinesTest, AStalledRankIsNamedByItsGlobalRankOnItsMachine) {
+  // Global rank 3 (local rank 1 of machine 1) hangs at the first rendezvous.
+  RunResult r = runWorkers(2, 2, {"identity"}, {"--timeout", "2", "--inject-fault", "rank=3,at=identity,kind=hang"}, 60);
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_NE(r.err.find("[machine 1 of 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 3 stalled: rank 2 timed out waiting for it"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("root cause (did not arrive: rank 3)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 3 (local rank 1, pid"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 30);
+  expectClean(2);
+}
+
+TEST_F(MachinesTest, AFailureAfterAMachineFinishedSaysItCouldNotReachIt) {
+  // Machine 0's ranks finish at once; rank 3 (machine 1) fails 1.5 s later.
+  RunResult r = runWorkers(2, 2, {"finish-early", "3"}, {}, 60);
+  EXPECT_EQ(r.exitCode, 128 + 6) << r.err;  // mpirun's status: the failed machine's
+  EXPECT_NE(r.err.find("machine 0: all 2 ranks exited 0; waiting for the other machines to finish"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("late boom from rank 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("machine 0 had already finished cleanly (every rank exited 0) and did not hear of this failure"),
+            std::string::npos) << r.err;
+  expectClean(2);
+}
+
 TEST_F(MachinesTest, CtrlCToMpirunStopsEveryMachineAndLeavesNothing) {
   jobId_ = uniqueJobId("int");
   auto argv = concat(mpirunArgs(2), {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", "2", "run", "--",
-                                     MACHINES_WORKER_BIN, "crash", "99"});
+                                     MACHINES_WORKER_BIN, "loop"});
   RunOptions o;
   o.timeoutSeconds = 60;
   o.signalWhen = "all-reducing";

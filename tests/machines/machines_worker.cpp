@@ -30,15 +30,22 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "everything") return xs::test::checkEverything(rank, {});
-  if (mode == "crash") {
-    // Every rank all-reduces in a loop; the target rank fails in the middle.
+  if (mode == "loop") {
+    // Every rank all-reduces in a loop (faults come from --inject-fault).
     std::vector<float> grads(1 << 16, 1.0f);
     for (int step = 0; step < 1000; ++step) {
-      if (rank == target && step == 5) throw std::runtime_error("boom from rank " + std::to_string(rank));
       xs::all_reduce(std::span<float>(grads), xs::ReduceOp::kMean);
       if (step == 2 && rank == 0) std::printf("all-reducing\n"), std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+    return 0;
+  }
+  if (mode == "finish-early") {
+    // Machine 0's ranks finish at once; the target rank (on another machine) fails later.
+    xs::rendezvous("start");
+    if (rank / xs::local_world_size() == 0) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    if (rank == target) throw std::runtime_error("late boom from rank " + std::to_string(rank));
     return 0;
   }
   if (mode == "big-payload") {

@@ -1,14 +1,15 @@
 // checkpoint_test.cpp: checkpoints are committed atomically and --resume continues to the very
 // weights of an uninterrupted run, bit for bit (mid-epoch and at an epoch boundary).
-#include <sys/resource.h>
-
 #include <algorithm>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "../engine/file_size_limit.hpp"
 #include "train_checkpoint.hpp"
 #include "train_test_util.hpp"
 #include "xspawn/engine/device.hpp"
@@ -121,44 +122,87 @@ TEST(TrainCheckpoint, InterruptedWriteKeepsThePreviousCheckpoint) {
   fs::remove_all(dir);
 }
 
-TEST(TrainCheckpoint, FailedWriteLeavesNoPartialFileAndKeepsThePrevious) {
-  fs::path dir = freshDir("disk-full");
-  engine::Device dev;
-  models::ModelConfig cfg;
-  cfg.name = "mlp";
-  engine::Model model(dev, models::network(cfg), cfg.seed);
-  auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.1f, 0.9f});
-  TrainState st;
-  st.step = 7;
-  st.model = "mlp";
-  saveTrainCheckpoint(dir.string(), model, *opt, st);
-  // A full disk, as this process sees it: writes past 64 KiB fail with EFBIG.
-  rlimit old{};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
-  rlimit tight = old;
-  tight.rlim_cur = 64 << 10;
-  auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &tight), 0);
-  st.step = 9;
-  std::string error;
-  try {
-    saveTrainCheckpoint(dir.string(), model, *opt, st);
-  } catch (const CheckpointError& e) {
-    error = e.what();
+// A small model and its optimizer, with a committed checkpoint at step 7 in dir.
+struct SavedModel {
+  explicit SavedModel(const fs::path& dir) : dir_(dir), model(dev, models::network(config()), config().seed) {
+    state.step = 7;
+    state.model = "mlp";
+    saveTrainCheckpoint(dir_.string(), model, *opt, state);
+    weights.assign(model.params().values(), model.params().values() + model.params().size());
+    model.params().values()[0] += 1.f;  // the next save writes other weights
   }
-  setrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, oldHandler);
-  EXPECT_NE(error.find("step-00000009.xsckpt.tmp' failed (File too large): check free disk space; the previous "
-                       "checkpoint is intact"), std::string::npos) << error;
+  static models::ModelConfig config() {
+    models::ModelConfig cfg;
+    cfg.name = "mlp";
+    return cfg;
+  }
+  // The committed checkpoint is still step 7's, and it loads.
+  void expectStep7Intact() {
+    EXPECT_EQ(readTrainState(dir_.string()).step, 7);
+    loadTrainCheckpoint(dir_.string(), model, *opt);
+    EXPECT_EQ(std::vector<float>(model.params().values(), model.params().values() + model.params().size()), weights);
+  }
+  fs::path dir_;
+  engine::Device dev;
+  engine::Model model;
+  std::unique_ptr<optim::Optimizer> opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.1f, 0.9f});
+  TrainState state;
+  std::vector<float> weights;
+};
+
+TEST(TrainCheckpoint, FailedWeightsWriteLeavesNoPartialFileAndKeepsThePrevious) {
+  fs::path dir = freshDir("disk-full-weights");
+  SavedModel saved(dir);
+  // A full disk, as a child process sees it: writes past 64 KiB fail with EFBIG.
+  saved.state.step = 9;
+  const fsize::LimitedRun run =
+      fsize::underFileSizeLimit(64 << 10, [&] { saveTrainCheckpoint(dir.string(), saved.model, *saved.opt, saved.state); });
+  EXPECT_EQ(run.kind, "CheckpointError") << run.message;
+  EXPECT_NE(run.message.find("writing checkpoint '" + (dir / "step-00000009.xsckpt.tmp").string() +
+                             "' failed (File too large): check free disk space and the file size limit (ulimit -f); "
+                             "the previous checkpoint is intact"),
+            std::string::npos) << run.message;
   EXPECT_EQ(filesIn(dir), (std::vector<std::string>{"latest.json", "step-00000007.xsckpt"}));
-  EXPECT_EQ(readTrainState(dir.string()).step, 7);
-  loadTrainCheckpoint(dir.string(), model, *opt);
-  // A process killed mid-save leaves partial files; the next save removes them.
+  saved.expectStep7Intact();
+  fs::remove_all(dir);
+}
+
+TEST(TrainCheckpoint, FailedStateWriteLeavesNoPartialFileAndKeepsThePrevious) {
+  fs::path dir = freshDir("disk-full-state");
+  SavedModel saved(dir);
+  // The weights fit under the limit, latest.json (made long by a long dataset name) does not.
+  const std::uintmax_t limit = fs::file_size(dir / "step-00000007.xsckpt") + 4096;
+  saved.state.step = 9;
+  saved.state.dataset = std::string(limit, 'd');
+  const fsize::LimitedRun run =
+      fsize::underFileSizeLimit(limit, [&] { saveTrainCheckpoint(dir.string(), saved.model, *saved.opt, saved.state); });
+  EXPECT_EQ(run.kind, "CheckpointError") << run.message;
+  EXPECT_NE(run.message.find((dir / "latest.json.tmp").string() + ": writing the checkpoint state failed (File too large): "
+                             "check free disk space and the file size limit (ulimit -f) (the previous checkpoint is intact)"),
+            std::string::npos) << run.message;
+  EXPECT_EQ(filesIn(dir), (std::vector<std::string>{"latest.json", "step-00000007.xsckpt"}));
+  saved.expectStep7Intact();
+  fs::remove_all(dir);
+}
+
+TEST(TrainCheckpoint, ASaveRemovesExactlyThePartialFilesOfAKilledSave) {
+  fs::path dir = freshDir("partial-files");
+  SavedModel saved(dir);
+  // What a save killed mid-write leaves: removed by the next save.
   std::ofstream(dir / "step-00000010.xsckpt.tmp") << "partial";
   std::ofstream(dir / "latest.json.tmp") << "{";
-  st.step = 11;
-  saveTrainCheckpoint(dir.string(), model, *opt, st);
-  EXPECT_EQ(filesIn(dir), (std::vector<std::string>{"latest.json", "step-00000011.xsckpt"}));
+  // Anything else stays: other names, and a directory of a partial file's name.
+  const std::vector<std::string> others = {"latest.json.tmp.bak", "my-latest.json.tmp", "notes-step-1.xsckpt.tmp",
+                                           "step-00000010.xsckpt.tmp.keep", "step-00000012.xsckpt"};
+  for (const std::string& name : others) std::ofstream(dir / name) << "keep";
+  fs::create_directory(dir / "step-00000013.xsckpt.tmp");
+  saved.state.step = 11;
+  saveTrainCheckpoint(dir.string(), saved.model, *saved.opt, saved.state);
+  std::vector<std::string> want = others;
+  want.insert(want.end(), {"latest.json", "step-00000011.xsckpt", "step-00000013.xsckpt.tmp"});
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(filesIn(dir), want);
+  EXPECT_EQ(readTrainState(dir.string()).step, 11);
   fs::remove_all(dir);
 }
 

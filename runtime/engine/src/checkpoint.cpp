@@ -60,7 +60,8 @@ T get(const std::string& in, std::size_t& pos, const std::string& path) {
   return v;
 }
 
-// Writes bytes to path and flushes them to the disk (fsync) before returning.
+// Writes bytes to path and flushes them to the disk (fsync) before returning; on failure the
+// partial file is removed.
 void writeDurably(const std::string& path, const std::string& bytes) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   XS_CHECK(fd >= 0, CheckpointError, "cannot write checkpoint '" + path + "' (" + std::strerror(errno) +
@@ -74,9 +75,11 @@ void writeDurably(const std::string& path, const std::string& bytes) {
   }
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
-  if (err != 0) ::unlink(path.c_str());  // a partial file helps nobody; the previous checkpoint stays
-  XS_CHECK(err == 0, CheckpointError, "writing checkpoint '" + path + "' failed (" + std::strerror(err) +
-                                          "): check free disk space; the previous checkpoint is intact");
+  if (err == 0) return;
+  ::unlink(path.c_str());  // a partial file helps nobody; the previous checkpoint stays
+  XS_THROW(CheckpointError, "writing checkpoint '" + path + "' failed (" + std::strerror(err) +
+                                "): check free disk space and the file size limit (ulimit -f); the previous "
+                                "checkpoint is intact");
 }
 
 // Makes a rename inside dir durable.

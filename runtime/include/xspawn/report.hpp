@@ -70,6 +70,9 @@ struct JobReport {
   int machines = 1;
   std::string host;
   std::string machineCause;
+  // Machines whose ranks had all exited 0 and left before this machine's failure: it could not
+  // reach them (mpirun's exit status still says the job failed).
+  std::vector<int> machinesFinished;
   // Restarts (--max-restarts): the attempt this report is of, and every attempt so far
   // (this one last).
   int restartCount = 0;
