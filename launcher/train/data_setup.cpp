@@ -73,6 +73,11 @@ std::uint32_t bigEndian(const unsigned char* p) {
                          "re-download it",
                          name, size, total, expect, count, zlib));
   }
+  if (total == expect) {
+    XS_THROW(xs::FormatError, fmt::format("{}: the gzip stream holds the {} bytes its header announces, but the file goes on "
+                                          "after it (its last 4 bytes are not the stream's trailer); re-download it",
+                                          name, expect));
+  }
   XS_THROW(xs::TruncatedError, fmt::format("{}: {}: header says {} items ({} bytes) but the gzip stream holds {} bytes; "
                                            "re-download it",
                                            name, total < expect ? "truncated" : "trailing data", count, expect, total));

@@ -25,7 +25,6 @@ namespace {
 constexpr const char* kLatest = "latest.json";
 constexpr const char* kLatestTmp = "latest.json.tmp";
 constexpr const char* kFormat = "xspawn-train-checkpoint";
-constexpr const char* kSpaceHint = "check free disk space and the file size limit (ulimit -f)";
 
 void syncPath(const fs::path& p, bool directory) {
   int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
@@ -44,43 +43,25 @@ bool isPartialFile(const std::string& name) {
   return weights || name == kLatestTmp;
 }
 
+void removeRegularFile(const fs::path& p) {
+  std::error_code ec;
+  if (fs::is_regular_file(fs::symlink_status(p, ec))) fs::remove(p, ec);
+}
+
 // Files of a save that a killed process left half written (the committed checkpoint never
 // refers to them): regular files of exactly those names, nothing else.
 void removePartialFiles(const fs::path& dir) {
   std::error_code ec;
   std::vector<fs::path> partial;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::error_code typeError;
-    if (e.is_regular_file(typeError) && isPartialFile(e.path().filename().string())) partial.push_back(e.path());
-  }
-  for (const fs::path& p : partial) fs::remove(p, ec);
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (isPartialFile(e.path().filename().string())) partial.push_back(e.path());
+  for (const fs::path& p : partial) removeRegularFile(p);
 }
 
 fs::path latestPath(const std::string& dirOrFile) {
   fs::path p(dirOrFile);
   std::error_code ec;
   return fs::is_directory(p, ec) ? p / kLatest : p;
-}
-
-// Writes text to path and fsyncs it; a failed write removes the partial file.
-void writeSynced(const fs::path& path, const std::string& text) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  XS_CHECK(fd >= 0, CheckpointError,
-           fmt::format("{}: cannot create it ({}); check the checkpoint directory is writable (the previous checkpoint is intact)",
-                       path.string(), std::strerror(errno)));
-  std::size_t done = 0;
-  int err = 0;
-  while (done < text.size() && err == 0) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n > 0) done += static_cast<std::size_t>(n);
-    else if (n < 0 && errno != EINTR) err = errno;
-  }
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0) return;
-  ::unlink(path.c_str());
-  XS_THROW(CheckpointError, fmt::format("{}: writing the checkpoint state failed ({}): {} (the previous checkpoint is intact)",
-                                        path.string(), std::strerror(err), kSpaceHint));
 }
 
 std::string stateText(const TrainState& s) {
@@ -93,16 +74,11 @@ std::string stateText(const TrainState& s) {
   return j.dump(2) + "\n";
 }
 
-// Everything before the commit point: the weights (written and fsynced by the engine through
-// its own temporary file), then latest.json.tmp renamed over latest.json (the commit).
+// Everything up to the commit point: the weights, then latest.json (the commit), each written
+// atomically and durably by the engine (engine::writeFileAtomically).
 void commit(const fs::path& d, const TrainState& s, engine::Model& model, optim::Optimizer& opt) {
   engine::saveCheckpoint((d / s.weights).string(), model, &opt);
-  syncPath(d / s.weights, false);
-  const fs::path tmp = d / kLatestTmp;
-  writeSynced(tmp, stateText(s));
-  XS_CHECK(::rename(tmp.c_str(), (d / kLatest).c_str()) == 0, CheckpointError,
-           fmt::format("{}: cannot rename it to {} ({}); check the checkpoint directory (the previous checkpoint is intact)",
-                       tmp.string(), kLatest, std::strerror(errno)));
+  engine::writeFileAtomically((d / kLatest).string(), stateText(s), "checkpoint state");
 }
 
 }  // namespace
@@ -126,8 +102,8 @@ void saveTrainCheckpoint(const std::string& dir, engine::Model& model, optim::Op
     commit(d, s, model, opt);
   } catch (...) {
     // Nothing of a failed save stays behind; latest.json still names the previous checkpoint.
-    if (s.weights != previous) fs::remove(d / s.weights, ec);
-    fs::remove(d / kLatestTmp, ec);
+    if (s.weights != previous) removeRegularFile(d / s.weights);
+    removeRegularFile(d / kLatestTmp);
     throw;
   }
   // Committed: latest.json names the new weights. Should the directory's fsync fail, the

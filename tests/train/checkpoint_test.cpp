@@ -124,10 +124,10 @@ TEST(TrainCheckpoint, InterruptedWriteKeepsThePreviousCheckpoint) {
 
 // A small model and its optimizer, with a committed checkpoint at step 7 in dir.
 struct SavedModel {
-  explicit SavedModel(const fs::path& dir) : dir_(dir), model(dev, models::network(config()), config().seed) {
+  explicit SavedModel(const fs::path& where) : dir(where), model(dev, models::network(config()), config().seed) {
     state.step = 7;
     state.model = "mlp";
-    saveTrainCheckpoint(dir_.string(), model, *opt, state);
+    saveTrainCheckpoint(dir.string(), model, *opt, state);
     weights.assign(model.params().values(), model.params().values() + model.params().size());
     model.params().values()[0] += 1.f;  // the next save writes other weights
   }
@@ -138,11 +138,11 @@ struct SavedModel {
   }
   // The committed checkpoint is still step 7's, and it loads.
   void expectStep7Intact() {
-    EXPECT_EQ(readTrainState(dir_.string()).step, 7);
-    loadTrainCheckpoint(dir_.string(), model, *opt);
+    EXPECT_EQ(readTrainState(dir.string()).step, 7);
+    loadTrainCheckpoint(dir.string(), model, *opt);
     EXPECT_EQ(std::vector<float>(model.params().values(), model.params().values() + model.params().size()), weights);
   }
-  fs::path dir_;
+  fs::path dir;
   engine::Device dev;
   engine::Model model;
   std::unique_ptr<optim::Optimizer> opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.1f, 0.9f});
@@ -177,8 +177,8 @@ TEST(TrainCheckpoint, FailedStateWriteLeavesNoPartialFileAndKeepsThePrevious) {
   const fsize::LimitedRun run =
       fsize::underFileSizeLimit(limit, [&] { saveTrainCheckpoint(dir.string(), saved.model, *saved.opt, saved.state); });
   EXPECT_EQ(run.kind, "CheckpointError") << run.message;
-  EXPECT_NE(run.message.find((dir / "latest.json.tmp").string() + ": writing the checkpoint state failed (File too large): "
-                             "check free disk space and the file size limit (ulimit -f) (the previous checkpoint is intact)"),
+  EXPECT_NE(run.message.find("writing checkpoint state '" + (dir / "latest.json.tmp").string() + "' failed (File too large): "
+                             "check free disk space and the file size limit (ulimit -f); the previous checkpoint state is intact"),
             std::string::npos) << run.message;
   EXPECT_EQ(filesIn(dir), (std::vector<std::string>{"latest.json", "step-00000007.xsckpt"}));
   saved.expectStep7Intact();

@@ -84,6 +84,14 @@ TEST(TrainErrors, TruncatedGzipSaysTruncatedAndWhere) {
             std::string::npos) << r.err;
   EXPECT_NE(r.err.find("of the 313616 bytes its header announces (400 items"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("re-download it"), std::string::npos) << r.err;
+  // A complete stream with bytes after it.
+  ASSERT_EQ(std::system(("gzip -c " + (dir / "t10k-images-idx3-ubyte").string() + " > " + gz.string() + " && echo junk >> " +
+                         gz.string()).c_str()), 0);
+  fs::copy_file(dir / "t10k-labels-idx1-ubyte", dir / "train-labels-idx1-ubyte", fs::copy_options::overwrite_existing);
+  r = runXspawn("--nprocs 2 -q train --dataset mnist --data-dir " + dir.string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(gz.string() + ": the gzip stream holds the 7856 bytes its header announces, but the file goes on "
+                       "after it"), std::string::npos) << r.err;
   fs::remove_all(dir);
 }
 

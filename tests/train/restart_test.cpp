@@ -85,12 +85,11 @@ TEST(TrainRestart, AFailedCheckpointWriteIsTheRootCausesError) {
   const fs::path dir = freshDir("failed-write");
   const fs::path logs = dir / "logs", ck = dir / "ck", blocker = ck / "step-00000002.xsckpt";
   fs::create_directories(blocker);  // the step-2 weights cannot be renamed into place
-  std::ofstream(blocker / "file") << "keeps the directory";
   CommandResult r = runXspawn("--nprocs 2 -q --log-dir " + logs.string() + " " + kTrain + "--max-steps 4 --checkpoint-dir " +
                               ck.string() + " --checkpoint-every 2");
   EXPECT_EQ(r.status, 1) << r.err;
   const std::string error = "xs::CheckpointError: cannot rename '" + (ck / "step-00000002.xsckpt.tmp").string() + "' to '" +
-                            blocker.string() + "': Is a directory";
+                            blocker.string() + "': Is a directory; check that nothing else has that name";
   EXPECT_NE(r.err.find("root cause (first failure):\n  rank 0 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("  error: " + error), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("(none recorded)"), std::string::npos) << r.err;
@@ -99,8 +98,9 @@ TEST(TrainRestart, AFailedCheckpointWriteIsTheRootCausesError) {
   EXPECT_EQ(report["root_cause"]["rank"], 0) << report.dump(2);
   const std::string recorded = report["root_cause"]["error"].is_string() ? std::string(report["root_cause"]["error"]) : "";
   EXPECT_EQ(recorded.rfind(error, 0), 0u) << recorded;
-  // The failed save left nothing behind.
+  // The failed save left nothing behind, and removed nothing it had not written.
   for (const auto& e : fs::directory_iterator(ck)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  EXPECT_TRUE(fs::is_directory(blocker));
   fs::remove_all(dir);
 }
 

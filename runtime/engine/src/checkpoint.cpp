@@ -60,26 +60,15 @@ T get(const std::string& in, std::size_t& pos, const std::string& path) {
   return v;
 }
 
-// Writes bytes to path and flushes them to the disk (fsync) before returning; on failure the
-// partial file is removed.
-void writeDurably(const std::string& path, const std::string& bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  XS_CHECK(fd >= 0, CheckpointError, "cannot write checkpoint '" + path + "' (" + std::strerror(errno) +
-                                         "): check the directory exists and is writable");
+// Writes all of `bytes` to fd and fsyncs it: 0 or the errno of the failure.
+int writeAllAndSync(int fd, const std::string& bytes) {
   std::size_t done = 0;
-  int err = 0;
-  while (done < bytes.size() && err == 0) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n > 0) done += static_cast<std::size_t>(n);
-    else if (n < 0 && errno != EINTR) err = errno;
+    else if (n < 0 && errno != EINTR) return errno;
   }
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0) return;
-  ::unlink(path.c_str());  // a partial file helps nobody; the previous checkpoint stays
-  XS_THROW(CheckpointError, "writing checkpoint '" + path + "' failed (" + std::strerror(err) +
-                                "): check free disk space and the file size limit (ulimit -f); the previous "
-                                "checkpoint is intact");
+  return ::fsync(fd) == 0 ? 0 : errno;
 }
 
 // Makes a rename inside dir durable.
@@ -115,12 +104,41 @@ void saveCheckpoint(const std::string& path, Model& model, optim::Optimizer* opt
   for (auto& s : secs) out.append(reinterpret_cast<const char*>(s.data), s.floats * sizeof(float));
   put<std::uint32_t>(out, static_cast<std::uint32_t>(
                               crc32(0, reinterpret_cast<const Bytef*>(out.data()), out.size())));
-  std::string tmp = path + ".tmp";
-  writeDurably(tmp, out);
+  writeFileAtomically(path, out, "checkpoint");
+}
+
+void writeFileAtomically(const std::string& path, const std::string& bytes, const std::string& what) {
+  const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
+  const std::string tmp = path + ".tmp";
+  // An unnamed file in the directory: a process killed while writing it leaves nothing behind.
+  // It is named (tmp) only once complete and synced, for the rename; where the filesystem has
+  // no O_TMPFILE, it is named from the start.
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  const bool named = fd < 0;
+  if (named) fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  XS_CHECK(fd >= 0, CheckpointError, "cannot write " + what + " '" + tmp + "' (" + std::strerror(errno) +
+                                         "): check the directory exists and is writable");
+  int err = writeAllAndSync(fd, bytes);
+  bool ownTmp = named;  // tmp exists and is this save's
+  if (err == 0 && !named) {
+    ::unlink(tmp.c_str());  // one left by a process killed between the link and the rename
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0) ownTmp = true;
+    else err = errno;
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    if (ownTmp) ::unlink(tmp.c_str());  // a partial file helps nobody
+    XS_THROW(CheckpointError, "writing " + what + " '" + tmp + "' failed (" + std::strerror(err) +
+                                  "): check free disk space and the file size limit (ulimit -f); the previous " + what +
+                                  " is intact");
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
+    err = errno;
     ::unlink(tmp.c_str());
-    XS_THROW(CheckpointError, "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
+    XS_THROW(CheckpointError, "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err) +
+                                  "; check that nothing else has that name and the directory is writable (the "
+                                  "previous " + what + " is intact)");
   }
   syncDirectory(path);
 }
