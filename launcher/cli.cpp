@@ -35,6 +35,8 @@ po::options_description launcherOptions() {
     ("machine-buffer", po::value<std::string>()->default_value("4M"), "under mpirun: rendezvous payloads between machines")
     ("max-restarts", po::value<std::string>()->default_value("0"), "after a failure, stop the gang and start a new one, up to N times (workers see XSPAWN_RESTART_COUNT)")
     ("inject-fault", po::value<std::string>(), "act out a failure for CI: SPEC such as rank=2,step=100,kind=crash (kinds: crash, segv, abort, exit:N, throw, hang, spin, stop, slow:200ms, oom; triggers: step=N, at=TAG, collective=K; attempt=N)")
+    ("trace", po::value<std::string>(), "write the job's trace timeline to FILE: a Chrome trace event file for Perfetto or chrome://tracing, a track per rank (see 'xspawn report FILE')")
+    ("trace-events", po::value<std::string>()->default_value("262144"), "with --trace: spans kept per rank, the newest (64 bytes each in shared memory)")
     ("help,h", "show this help")
     ("version", "show the version");
   return d;
@@ -104,7 +106,10 @@ std::string launcherHelp() {
          "  run -- PROGRAM ... run any program as the N workers (XSPAWN_RANK, XSPAWN_WORLD_SIZE, ...)\n"
          "  train              data-parallel training (see 'xspawn train --help')\n"
          "  bench OP           benchmarks: barrier (see 'xspawn bench --help')\n"
-         "  clean              remove shared memory left by jobs whose launcher was killed\n\n"
+         "  clean              remove shared memory left by jobs whose launcher was killed\n"
+         "  top [JOB]          live view of this user's running jobs (--once, --json)\n"
+         "  report PATH        where a job's time went, from its --log-dir or --trace file\n"
+         "  plot INPUT -o F    loss, accuracy, images/s, step times, utilisation as .png/.svg\n\n"
       << launcherOptions()
       << "\nExit status: 0 when every rank exited 0; otherwise the first failing rank's exit code,\n"
          "or 128+signal; 124 when ranks stalled (the others timed out waiting for them); 2 for a\n"
@@ -204,6 +209,22 @@ Invocation parseLauncher(int argc, char** argv) {
     bad(fmt::format("--max-restarts must be a whole number from 0 to 1000 (got '{}')", restarts));
   }
   if (vm.count("inject-fault")) o.injectFault = vm["inject-fault"].as<std::string>();
+  if (vm.count("trace")) {
+    o.traceFile = vm["trace"].as<std::string>();
+    if (o.traceFile.empty()) bad("--trace needs a file name, e.g. --trace trace.json");
+  }
+  const std::string events = vm["trace-events"].as<std::string>();
+  used = 0;
+  long long n = 0;
+  try {
+    n = std::stoll(events, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != events.size() || n < 1024 || n > (1LL << 26)) {
+    bad(fmt::format("--trace-events must be a whole number from 1024 to 67108864 (got '{}')", events));
+  }
+  o.traceEvents = static_cast<std::size_t>(n);
   o.tagOutput = vm.count("tag-output") > 0;
   o.quiet = vm.count("quiet") > 0;
   return inv;

@@ -1,5 +1,6 @@
 // commands.cpp: hello, run, train, clean, and the dispatch of every command.
 #include "commands.hpp"
+#include "plot.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -186,8 +187,11 @@ int runCommand(const Invocation& inv) {
   if (c == "train") return trainCommand(inv);
   if (c == "bench") return benchCommand(inv);
   if (c == "clean") return cleanCommand(inv);
+  if (c == "top") return topCommand(inv);
+  if (c == "report") return reportCommand(inv);
+  if (c == "plot") return plotCommand(inv.args);
   XS_THROW(UsageError, fmt::format("unknown command '{}' (commands: hello, run, train, bench, "
-                                   "clean); try 'xspawn --help'",
+                                   "clean, top, report, plot); try 'xspawn --help'",
                                    c));
 }
 

@@ -30,6 +30,7 @@ packages=(
   dataset-fashion-mnist
   procps python3
   elfutils   # eu-stack: the stacks of stalled ranks in failure reports
+  gnuplot-nox  # xspawn plot draws its pictures (png, svg) with gnuplot
 )
 if [[ $bench == 1 ]]; then
   packages+=(python3-torch python3-numpy hyperfine)

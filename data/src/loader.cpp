@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "telemetry.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::data {
@@ -166,7 +167,10 @@ std::optional<Batch> ParallelLoader::next() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (threads_.empty() || nextToDeliver_ >= numBatches_) return std::nullopt;
   const auto t0 = Clock::now();
-  readyCv_.wait(lock, [this] { return ready_.count(nextToDeliver_) != 0; });
+  {
+    xs::detail::telemetry::Span span(xs::detail::Category::kData, "data");  // waiting for the batch
+    readyCv_.wait(lock, [this] { return ready_.count(nextToDeliver_) != 0; });
+  }
   stats_.waitSeconds += secondsSince(t0);
   Slot slot = std::move(ready_.at(nextToDeliver_));
   ready_.erase(nextToDeliver_);

@@ -60,30 +60,13 @@ std::vector<std::string> summaryLines(const Summary& s) {
                                        s.testCount, s.testLoss)
                          : "test accuracy not evaluated";
   out.push_back(fmt::format("final training loss {:.4f}, {}", s.finalLoss, test));
-  if (s.ranks.empty()) return out;
-  double lo = 1e300, hi = 0, sum = 0, fastest = 1e300, slowest = 0;
-  double compute = 0, reduce = 0, wait = 0, wall = 0;
-  for (const RankStats& r : s.ranks) {
-    double mean = r.steps > 0 ? r.seconds / static_cast<double>(r.steps) : 0;
-    lo = std::min(lo, mean), hi = std::max(hi, mean), sum += mean;
-    fastest = std::min(fastest, r.stepMin), slowest = std::max(slowest, r.stepMax);
-    compute += r.compute, reduce += r.allReduce, wait += r.dataWait, wall += r.seconds;
-  }
-  const double n = static_cast<double>(s.ranks.size());
-  out.push_back(fmt::format("step time per rank (ms): min {:.1f} avg {:.1f} max {:.1f} (single steps {:.1f} to {:.1f})",
-                            1e3 * lo, 1e3 * sum / n, 1e3 * hi, 1e3 * fastest, 1e3 * slowest));
-  if (wall > 0) {
-    const double other = std::max(0.0, wall - compute - reduce - wait);
-    std::string how;
-    if (s.zeroCopy) {
-      how = s.acrossMachines ? "gradients all-reduced in place in shared memory, then across machines"
-                             : "gradients all-reduced in place in shared memory";
-      if (s.buckets > 1)
-        how += fmt::format(", in {} buckets during backward; all-reduce counts only the wait after it", s.buckets);
-      how = " (" + how + ")";
-    }
-    out.push_back(fmt::format("time share (all ranks): compute {:.1f}%, all-reduce {:.1f}%, waiting for data {:.1f}%, other {:.1f}%{}",
-                              100 * compute / wall, 100 * reduce / wall, 100 * wait / wall, 100 * other / wall, how));
+  // Where each rank's time went (compute, collectives, data, step times, the straggler) is the
+  // launcher's utilisation report, printed after the job ends; this says how gradients travelled.
+  if (s.zeroCopy) {
+    std::string how = s.acrossMachines ? "gradients all-reduced in place in shared memory, then across machines"
+                                       : "gradients all-reduced in place in shared memory";
+    if (s.buckets > 1) how += fmt::format(", in {} buckets during backward", s.buckets);
+    out.push_back(how);
   }
   out.push_back(fmt::format("weights identical on all {} ranks (FNV-1a 0x{:016x})", s.ranks.size(), s.weightsHash));
   return out;

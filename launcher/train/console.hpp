@@ -39,14 +39,11 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
-// Per-rank figures of a run, gathered on the master with mesh_reduce.
+// Per-rank figures of a run, gathered on the master with mesh_reduce (where the time went is the
+// launcher's utilisation report).
 struct RankStats {
   std::int64_t steps = 0;
   double seconds = 0;  // the training loop's wall time
-  double stepMin = 0, stepMax = 0;  // single-step wall times
-  double compute = 0;  // forward + backward + update
-  double allReduce = 0;
-  double dataWait = 0;
 };
 
 struct Summary {

@@ -12,6 +12,7 @@
 #include "train_checkpoint.hpp"
 #include "xspawn/error.hpp"
 #include "xspawn/models.hpp"
+#include "xspawn/trace.hpp"
 #include "xspawn/train.hpp"
 #include "xspawn/xspawn.hpp"
 
@@ -88,24 +89,19 @@ float Trainer::lrAt(std::int64_t epoch) const {
   return optim::StepLR{o_.lr, o_.lrStep, o_.lrDecay}.at(static_cast<int>(epoch));
 }
 
-void Trainer::metrics(const nlohmann::json& line) {
+void Trainer::metrics(nlohmann::json line) {
   if (!metrics_.is_open()) return;
+  // Every line says when, since training started (what `xspawn plot` draws against wall time).
+  if (!line.contains("wall_seconds")) line["wall_seconds"] = since(trainStart_);
   metrics_ << line.dump() << "\n";
   metrics_.flush();
 }
 
-Trainer::Step Trainer::step(const data::Batch& b) {
-  Step s;
-  auto t0 = Clock::now();
+void Trainer::step(const data::Batch& b) {
   engine::StepResult r = xs::train_step(*model_, b);
-  auto t1 = Clock::now();
   stepStats_[0] = r.loss;
   stepStats_[1] = static_cast<float>(r.correct);
   xs::optimizer_step(*model_, *optimizer_, stepStats_);  // means over ranks of the gradients and stepStats_
-  auto t2 = Clock::now();
-  s.compute = std::chrono::duration<double>(t1 - t0).count() + since(t2);
-  s.allReduce = std::chrono::duration<double>(t2 - t1).count();
-  return s;
 }
 
 std::string Trainer::restartCheckpoint() {
@@ -167,12 +163,13 @@ int Trainer::run() {
   else if (!o_.resume.empty()) resume(o_.resume);
   xs::rendezvous("train_start");
   const auto start = Clock::now();
+  trainStart_ = start;
   const std::int64_t perEpoch = loader_->batchesPerEpoch();
   const std::int64_t firstStep = step_;
   std::int64_t total = perEpoch * o_.epochs;
   if (o_.maxSteps > 0) total = std::min(total, o_.maxSteps);
+  xs::expect_steps(total);  // `xspawn top` shows the ETA
   double trainSeconds = 0;
-  stats_.stepMin = 1e300;
   bool stop = step_ >= total;
   std::int64_t lastEpoch = std::max<std::int64_t>(firstEpoch_ - 1, 0);  // the epoch evaluations name
   for (std::int64_t epoch = firstEpoch_; epoch < o_.epochs && !stop; ++epoch) {
@@ -180,7 +177,6 @@ int Trainer::run() {
     optimizer_->setLr(lrAt(epoch));
     loader_->startEpoch(epoch);
     const auto epochStart = Clock::now();
-    auto previous = epochStart;
     double lossSum = 0, correct = 0, seen = 0;
     std::int64_t steps = 0, inEpoch = 0;
     ProgressInfo info;
@@ -188,13 +184,9 @@ int Trainer::run() {
     info.epochs = o_.epochs;
     info.stepsInEpoch = perEpoch;
     while (auto b = loader_->next()) {
-      Step s = step(*b);
+      step(*b);
       ++step_, ++steps;
       inEpoch = b->index + 1;
-      const double wall = since(previous);
-      previous = Clock::now();
-      stats_.compute += s.compute, stats_.allReduce += s.allReduce;
-      stats_.stepMin = std::min(stats_.stepMin, wall), stats_.stepMax = std::max(stats_.stepMax, wall);
       lossSum += stepStats_[0];
       correct += static_cast<double>(stepStats_[1]) * world_;
       seen += static_cast<double>(b->size) * world_;
@@ -243,8 +235,6 @@ int Trainer::run() {
   if (!evaluated_) evaluateAndReport(lastEpoch);
   stats_.seconds = trainSeconds;
   stats_.steps = step_ - firstStep;
-  if (stats_.steps == 0) stats_.stepMin = 0;
-  stats_.dataWait = loader_->stats().waitSeconds;
   return finish(since(start));
 }
 

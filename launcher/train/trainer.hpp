@@ -3,6 +3,7 @@
 // checkpoints, the replica check and the summary.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -27,10 +28,8 @@ class Trainer {
   int run();
 
  private:
-  struct Step {
-    double compute = 0, allReduce = 0;
-  };
-  Step step(const data::Batch& batch);
+  // train_step, then optimizer_step with the step's loss and correct count.
+  void step(const data::Batch& batch);
   float lrAt(std::int64_t epoch) const;
   void resume(const std::string& from);
   // On a restart of the job (xspawn --max-restarts), where to resume from: --checkpoint-dir
@@ -38,7 +37,7 @@ class Trainer {
   std::string restartCheckpoint();
   void saveCheckpoint(std::int64_t epoch, data::SamplerState sampler);
   xs::EvalResult evaluateAndReport(std::int64_t epoch);
-  void metrics(const nlohmann::json& line);
+  void metrics(nlohmann::json line);
   int finish(double wallSeconds);
 
   TrainOptions o_;
@@ -53,6 +52,7 @@ class Trainer {
   std::unique_ptr<data::Transform> testTransform_;
   Progress progress_;
   std::ofstream metrics_;
+  std::chrono::steady_clock::time_point trainStart_ = std::chrono::steady_clock::now();
 
   std::int64_t step_ = 0;        // optimizer steps done (global, identical on every rank)
   std::int64_t firstEpoch_ = 0;

@@ -65,7 +65,7 @@ void Collectives::allReduce(const void* in, void* out, std::size_t count, DType 
                                  useZeroCopy ? " zero-copy" : "");
     lastAllReduce_ = key;
   }
-  begin(OpKind::kAllReduce, options, allReduceText_.view(), detail);
+  begin(OpKind::kAllReduce, options, allReduceText_.view(), detail, bytes, algo);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
   if (acrossMachines()) {

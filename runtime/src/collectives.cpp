@@ -116,7 +116,12 @@ Collectives::Collectives(Context& context)
 }
 
 void Collectives::begin(OpKind kind, const CollectiveOptions& options, std::string_view description,
-                        std::uint64_t detail) {
+                        std::uint64_t detail, std::uint64_t bytes, Algorithm algorithm) {
+  opKind_ = kind;
+  opStartNs_ = telemetry::nowNs();
+  opSyncNs_ = 0;
+  opBytes_ = bytes;
+  opAlgorithm_ = static_cast<int>(algorithm);
   if (options.tag.empty()) {
     control_.enterOp(kind, description.substr(0, kTagBytes - 1), detail);
   } else {
@@ -160,7 +165,8 @@ void Collectives::broadcast(void* data, std::size_t count, DType type, int root,
   const bool zeroCopy = !acrossMachines() && bytes > 0 && inHeap(data, bytes, &offset);
   begin(OpKind::kBroadcast, options, Description("{}[{}] from {}", dtypeName(type), count, root).view(),
         (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ (static_cast<std::uint64_t>(root) << 40) ^
-            (zeroCopy ? offset + 1 : 0) * 31);
+            (zeroCopy ? offset + 1 : 0) * 31,
+        bytes);
   auto* d = static_cast<std::byte*>(data);
   if (acrossMachines()) {
     broadcastChunks(d, bytes, root / world_, root % world_);
@@ -186,7 +192,7 @@ void Collectives::allGather(const void* in, void* out, std::size_t count, DType 
                             const CollectiveOptions& options) {
   const std::size_t es = dtypeSize(type);
   begin(OpKind::kAllGather, options, Description("{}[{}]", dtypeName(type), count).view(),
-        (count << 8) ^ static_cast<std::uint64_t>(type));
+        (count << 8) ^ static_cast<std::uint64_t>(type), count * es);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
   if (acrossMachines()) {
@@ -225,7 +231,7 @@ void Collectives::reduceScatter(const void* in, void* out, std::size_t count, DT
   const std::size_t es = dtypeSize(type);
   begin(OpKind::kReduceScatter, options,
         Description("{} {}[{}]", reduceOpName(op), dtypeName(type), count).view(),
-        (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ static_cast<std::uint64_t>(op));
+        (count << 8) ^ (static_cast<std::uint64_t>(type) << 4) ^ static_cast<std::uint64_t>(op), count * es);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
   const Slice mine = slice_of(count, rank_, world_);

@@ -16,6 +16,7 @@
 #include "context.hpp"
 #include "fifo.hpp"
 #include "machine_client.hpp"
+#include "telemetry.hpp"
 #include "xspawn/collectives.hpp"
 
 namespace xs::detail {
@@ -52,12 +53,21 @@ class Collectives {
 
  private:
   // Enters the op (checked against the peers: kind, tag, and `detail` = the arguments).
+  // `bytes` and `algorithm` are what the trace shows of it.
   void begin(OpKind kind, const CollectiveOptions& options, std::string_view description,
-             std::uint64_t detail);
+             std::uint64_t detail, std::uint64_t bytes, Algorithm algorithm = Algorithm::kAuto);
   // Elements per staged chunk.
   std::size_t chunkElements(std::size_t es) const;
-  void end() { control_.leaveOp(); }
-  void sync() { control_.sync(deadline_); }
+  // Leaves the op and accounts for it (telemetry.hpp): its wait for the last rank ends with
+  // its first sync.
+  void end() {
+    control_.leaveOp();
+    telemetry::collective(opKind_, control_.opTag(), opStartNs_, opSyncNs_, telemetry::nowNs(), opBytes_, opAlgorithm_);
+  }
+  void sync() {
+    control_.sync(deadline_);
+    if (opSyncNs_ == 0) opSyncNs_ = telemetry::nowNs();
+  }
   // Staging buffers alternate between two parities, one use after another. A rank writes a
   // parity again only after the next use's sync, which every rank reaches only after it has
   // finished reading this use: so no rank overwrites what a slower one still reads.
@@ -122,6 +132,12 @@ class Collectives {
   std::uint64_t stageUses_ = 0;
   std::size_t heapUsed_ = 0;
   Clock::time_point deadline_{};
+  // The op in progress, for its account.
+  OpKind opKind_ = OpKind::kAllReduce;
+  std::uint64_t opStartNs_ = 0;
+  std::uint64_t opSyncNs_ = 0;
+  std::uint64_t opBytes_ = 0;
+  int opAlgorithm_ = 0;
 };
 
 // This process's collectives engine (created on first use).

@@ -1,5 +1,6 @@
 // fault.cpp: parsing fault specs and acting the faults out (see fault.hpp).
 #include "fault.hpp"
+#include "telemetry.hpp"
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -223,7 +224,11 @@ void act(const Fault& f) {
       for (volatile std::uint64_t i = 0;; i = i + 1) {
       }
     case FaultKind::kStop: ::raise(SIGSTOP); break;
-    case FaultKind::kSlow: std::this_thread::sleep_for(f.delay); break;
+    case FaultKind::kSlow: {
+      telemetry::Span span(Category::kFault, "injected delay");  // the report names it
+      std::this_thread::sleep_for(f.delay);
+      break;
+    }
     case FaultKind::kOom: outOfMemory();
   }
 }

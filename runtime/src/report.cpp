@@ -194,6 +194,7 @@ std::string JobReport::json() const {
   doc["root_cause"] = rootCause >= 0 ? rankJson(ranks[rootCause]) : json(nullptr);
   doc["ranks"] = json::array();
   for (const RankOutcome& r : ranks) doc["ranks"].push_back(rankJson(r));
+  doc["utilisation"] = utilisation.present ? json::parse(utilisation.json()) : json(nullptr);
   return doc.dump(2) + "\n";
 }
 

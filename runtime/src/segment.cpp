@@ -61,6 +61,8 @@ void writeHeader(SegmentHeader& h, const SegmentConfig& c) {
   h.fifoOffset = g.fifoOffset();
   h.heapOffset = g.heapOffset();
   h.machineOffset = g.machineBytes() ? g.machineOffset() : 0;
+  h.traceEvents = static_cast<std::uint32_t>(g.coll.traceEvents);
+  h.traceOffset = g.traceOffset();
   h.launcherPid = getpid();
   h.launcherStartTicks = processStartTicks(getpid());
   h.createdUnixNs = nowUnixNs();

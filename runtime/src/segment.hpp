@@ -67,6 +67,18 @@ class Segment {
   std::byte* machineBuffer() const {
     return reinterpret_cast<std::byte*>(machineChannel()) + sizeof(MachineChannel);
   }
+  // Rank r's trace ring (header, name table, records), nullptr when the job is not traced.
+  TraceRingHeader* traceRing(int rank) const {
+    const SegmentHeader& h = header();
+    if (h.traceEvents == 0) return nullptr;
+    const std::uint64_t stride =
+        alignUp(sizeof(TraceRingHeader) + kTraceNameBytes + std::uint64_t{h.traceEvents} * sizeof(TraceRecord), 4096);
+    return reinterpret_cast<TraceRingHeader*>(arena() + h.traceOffset + static_cast<std::uint64_t>(rank) * stride);
+  }
+  static char* traceNames(TraceRingHeader* ring) { return reinterpret_cast<char*>(ring + 1); }
+  static TraceRecord* traceRecords(TraceRingHeader* ring) {
+    return reinterpret_cast<TraceRecord*>(traceNames(ring) + kTraceNameBytes);
+  }
   std::uint64_t offsetOf(const void* p) const {
     return static_cast<std::uint64_t>(static_cast<const std::byte*>(p) - base_);
   }

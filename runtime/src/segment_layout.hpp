@@ -3,8 +3,9 @@
 //   offset 0            SegmentHeader        identity, geometry, job-wide control words
 //   rankSlotsOffset     RankSlot x N         one per rank, written mostly by that rank
 //   payloadOffset       N x payloadStride    rendezvous payload chunks, 2 parities per rank
-//   arenaOffset         arenaBytes           collectives' buffers (ring slots, zero-copy tensors)
-//                                            and, in a job spanning machines, the machine channel
+//   arenaOffset         arenaBytes           collectives' buffers (ring slots, zero-copy tensors),
+//                                            in a job spanning machines the machine channel, and
+//                                            with --trace one trace ring per rank
 //
 // Every cross-process word is a lock-free std::atomic living inside the mapping; nothing in
 // the segment is a pointer (only offsets from its base), so any process may map it anywhere.
@@ -21,7 +22,7 @@ namespace xs::detail {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x314e574150535858ULL;  // "XXSPAWN1"
-inline constexpr std::uint32_t kLayoutVersion = 3;
+inline constexpr std::uint32_t kLayoutVersion = 4;
 inline constexpr std::size_t kTagBytes = 64;      // a tag holds at most 63 characters
 inline constexpr std::size_t kErrorBytes = 2048;  // a worker's recorded error message
 inline constexpr std::size_t kAbortTextBytes = 4096;
@@ -133,7 +134,8 @@ struct alignas(kCacheLine) SegmentHeader {
   std::int64_t timeoutMs;
   std::uint64_t payloadChunk;
   std::uint32_t onlineCpus;
-  std::uint32_t reserved0;
+  std::uint32_t traceEvents;   // trace records per rank (0: the job is not traced)
+  std::uint64_t traceOffset;   // the first rank's TraceRing, relative to arenaOffset
   // Line 2: the job's id.
   alignas(kCacheLine) char jobId[kJobIdBytes];
   // Line 3: the abort word: 0 while healthy, else (reason << 32) | (rank + 1). The first
@@ -168,7 +170,63 @@ static_assert(offsetof(SegmentHeader, generation) == 5 * kCacheLine);
 static_assert(offsetof(SegmentHeader, stageBytes) == 6 * kCacheLine);
 static_assert(offsetof(SegmentHeader, abortText) == 7 * kCacheLine);
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0);
-static_assert(sizeof(SegmentHeader) == 7 * kCacheLine + kAbortTextBytes, "layout version 3");
+static_assert(sizeof(SegmentHeader) == 7 * kCacheLine + kAbortTextBytes, "layout version 4");
+
+// What a rank's time goes to. The first kCountedCategories are counted in the rank's telemetry
+// (main thread only; they never nest in one another); the others only appear in a trace.
+enum class Category : std::uint8_t {
+  kForward = 0,         // the engine's forward pass (training and evaluation)
+  kBackward = 1,        // the engine's backward pass
+  kUpdate = 2,          // the optimizer's update of the weights
+  kData = 3,            // waiting for the data loader's next batch
+  kCollectiveWait = 4,  // inside a collective, until the last rank arrived
+  kCollectiveMove = 5,  // inside a collective, after that: moving and reducing bytes
+  kRendezvous = 6,      // inside a rendezvous or barrier
+  kFault = 7,           // an injected delay (--inject-fault kind=slow)
+  kCollective = 8,      // trace only: a whole collective (wait + move)
+  kStep = 9,            // trace only: optimizer_step (its all-reduce and update)
+  kEval = 10,           // trace only: an evaluation (its forwards and all-reduce are counted)
+  kCheckpoint = 11,     // trace only: a checkpoint save or load
+  kUser = 12,           // trace only: a span of the program's own (xs::Trace)
+};
+inline constexpr std::size_t kCountedCategories = 8;
+inline constexpr std::size_t kCategories = 13;
+const char* categoryName(Category category);
+
+// Step times are counted in a histogram of kStepBucketsPerOctave buckets per doubling from
+// 1 us (bucket b holds [2^(b/16), 2^((b+1)/16)) us): percentiles within 4.4%, up to 16.7 s.
+inline constexpr std::size_t kStepBucketsPerOctave = 16;
+inline constexpr std::size_t kStepBuckets = 24 * kStepBucketsPerOctave;
+
+// A rank's running account of its time, steps and device memory.
+struct alignas(kCacheLine) RankTelemetry {
+  // Line 0: progress.
+  std::atomic<std::uint64_t> steps;          // optimizer_step calls completed
+  std::atomic<std::uint64_t> samples;        // training samples through Model::trainStep
+  std::atomic<std::uint64_t> stepTarget;     // steps the run will take (xs::expect_steps; 0: unknown)
+  std::atomic<std::uint64_t> lastStepNs;     // CLOCK_MONOTONIC end of the last step (or evaluation)
+  std::atomic<std::uint64_t> windowStartNs;  // start of the first counted span
+  std::atomic<std::uint64_t> windowEndNs;    // end of the last counted span
+  std::atomic<std::uint32_t> category;       // Category of the span the main thread is in now
+  std::atomic<std::uint32_t> inSpan;         // 1 while it is in one
+  std::atomic<std::uint64_t> categorySinceNs;
+  // Line 1: device memory and single steps.
+  alignas(kCacheLine) std::atomic<std::uint64_t> deviceInUse;
+  std::atomic<std::uint64_t> devicePeak;
+  std::atomic<std::uint64_t> deviceCapacity;
+  std::atomic<std::uint64_t> stepMinNs;
+  std::atomic<std::uint64_t> stepMaxNs;
+  std::atomic<std::uint64_t> stepSumNs;
+  std::atomic<std::uint64_t> stepsTimed;     // steps in the histogram (the first is not timed)
+  // Line 2: nanoseconds in each counted category.
+  alignas(kCacheLine) std::atomic<std::uint64_t> categoryNs[kCountedCategories];
+  // Lines 3..: the step-time histogram.
+  alignas(kCacheLine) std::atomic<std::uint32_t> stepHistogram[kStepBuckets];
+};
+static_assert(offsetof(RankTelemetry, deviceInUse) == kCacheLine);
+static_assert(offsetof(RankTelemetry, categoryNs) == 2 * kCacheLine);
+static_assert(offsetof(RankTelemetry, stepHistogram) == 3 * kCacheLine);
+static_assert(sizeof(RankTelemetry) == 3 * kCacheLine + kStepBuckets * 4);
 
 struct alignas(kCacheLine) RankSlot {
   // Line 0, written by the rank, read by peers checking divergence: the op (rendezvous or
@@ -203,15 +261,19 @@ struct alignas(kCacheLine) RankSlot {
   // written by the rank only, polled by its peers: alone on its line.
   alignas(kCacheLine) std::atomic<std::uint64_t> syncCount;
   std::atomic<std::uint32_t> syncSleepers;
-  // Lines 4..: the worker's own error message (an uncaught exception, exec failure).
+  // Lines 4..: telemetry, written by the rank's main thread only (relaxed stores; telemetry.hpp),
+  // read by the launcher's utilisation report and by `xspawn top` while the job runs.
+  alignas(kCacheLine) RankTelemetry telemetry;
+  // Then: the worker's own error message (an uncaught exception, exec failure).
   alignas(kCacheLine) AtomicText<kErrorBytes> errorText;
 };
 static_assert(offsetof(RankSlot, opTag) == 1 * kCacheLine);
 static_assert(offsetof(RankSlot, pid) == 2 * kCacheLine);
 static_assert(offsetof(RankSlot, syncCount) == 3 * kCacheLine);
-static_assert(offsetof(RankSlot, errorText) == 4 * kCacheLine);
+static_assert(offsetof(RankSlot, telemetry) == 4 * kCacheLine);
+static_assert(offsetof(RankSlot, errorText) == 4 * kCacheLine + sizeof(RankTelemetry));
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
-static_assert(sizeof(RankSlot) == 4 * kCacheLine + kErrorBytes, "layout version 3");
+static_assert(sizeof(RankSlot) == 4 * kCacheLine + sizeof(RankTelemetry) + kErrorBytes, "layout version 4");
 
 // One ring FIFO's control words (the FIFO carrying data from rank r-1 to rank r), followed
 // in the arena by its slots. head: slots the producer has filled; tail: slots the consumer
@@ -282,6 +344,36 @@ static_assert(offsetof(MachineChannel, doneSeq) == 6 * kCacheLine);
 static_assert(offsetof(MachineChannel, joined) == 7 * kCacheLine);
 static_assert(sizeof(MachineChannel) == 8 * kCacheLine);
 
+
+// With --trace, each rank has a TraceRing after the machine channel: a header line, a table of
+// the names its records use, and a ring of records (the newest `capacity` spans are kept). Any
+// thread of the rank claims a record with a fetch_add on `head`, fills it and publishes it by
+// storing its index + 1 in `seq` (release), so the launcher reading the ring after the rank
+// ended, or killed mid-write, skips a record that was never completed.
+inline constexpr std::size_t kTraceNameBytes = 64 * 1024;  // names of one rank's records
+inline constexpr std::size_t kTraceThreads = 8;            // named threads per rank
+struct alignas(kCacheLine) TraceRingHeader {
+  std::atomic<std::uint64_t> head;       // records claimed so far; only grows
+  std::atomic<std::uint32_t> namesUsed;  // bytes of the name table written (release)
+  std::atomic<std::uint32_t> threadName[kTraceThreads];  // name of thread t (offset + 1; 0: none)
+};
+static_assert(sizeof(TraceRingHeader) == kCacheLine);
+
+struct alignas(kCacheLine) TraceRecord {
+  std::atomic<std::uint64_t> seq;  // index + 1 once complete
+  std::uint64_t startNs;           // CLOCK_MONOTONIC
+  std::uint64_t durNs;
+  std::uint64_t bytes;             // a collective's payload bytes
+  std::uint64_t waitNs;            // a collective's or rendezvous' wait for the last rank
+  std::uint32_t name;              // offset + 1 in the name table (0: none)
+  std::uint8_t category;           // Category
+  std::uint8_t thread;             // the recording thread's index (0: the main thread)
+  std::uint8_t opKind;             // OpKind of a collective or rendezvous
+  std::uint8_t algorithm;          // a collective's xs::Algorithm
+  std::uint64_t reserved[2];
+};
+static_assert(sizeof(TraceRecord) == kCacheLine);
+
 inline constexpr std::uint64_t alignUp(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
 // Sizes of the collectives' arena: staging buffers (two parities per rank), one ring FIFO per
@@ -292,6 +384,7 @@ struct CollectiveGeometry {
   std::uint64_t ringSlotBytes = 0;
   std::uint64_t heapBytes = 0;
   std::uint64_t machineBufferBytes = 0;  // > 0: the job spans machines (MachineChannel + buffer)
+  std::uint64_t traceEvents = 0;         // > 0: records per rank's trace ring (--trace)
 };
 
 // Geometry of a segment, computed identically by creator and attacher.
@@ -319,7 +412,13 @@ struct SegmentGeometry {
   std::uint64_t machineBytes() const {
     return coll.machineBufferBytes ? alignUp(sizeof(MachineChannel) + coll.machineBufferBytes, 4096) : 0;
   }
-  std::uint64_t arenaBytes() const { return machineOffset() + machineBytes(); }
+  std::uint64_t traceOffset() const { return machineOffset() + machineBytes(); }
+  std::uint64_t traceStride() const {
+    return coll.traceEvents
+               ? alignUp(sizeof(TraceRingHeader) + kTraceNameBytes + coll.traceEvents * sizeof(TraceRecord), 4096)
+               : 0;
+  }
+  std::uint64_t arenaBytes() const { return traceOffset() + worldSize * traceStride(); }
   std::uint64_t totalBytes() const { return arenaOffset() + arenaBytes(); }
 };
 

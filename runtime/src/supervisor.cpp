@@ -197,6 +197,9 @@ void Supervisor::prepareAttempt() {
   config.geometry.coll.ringSlotBytes = roundTo64(options_.ringSlotBytes);
   config.geometry.coll.heapBytes = options_.sharedHeapBytes;
   if (place_.machines > 1) config.geometry.coll.machineBufferBytes = roundTo64(options_.machineBufferBytes);
+  if (!options_.traceFile.empty()) config.geometry.coll.traceEvents = options_.traceEvents;
+  sched_.assign(static_cast<std::size_t>(world_), SchedTimes{});
+  samplesSeen_.clear();
   config.timeoutMs = options_.timeout.count();
   config.waitMode = static_cast<std::uint32_t>(options_.waitPolicy);
   segment_ = Segment::create(config);
@@ -395,6 +398,7 @@ void Supervisor::onWorkerEnd(int r) {
   slot.termSignal.store(w.signal, std::memory_order_relaxed);
   slot.state.store(static_cast<std::uint32_t>(failed ? RankState::kFailed : RankState::kExited),
                    std::memory_order_seq_cst);
+  observeWorkerEnd(r);
   if (!failed) {
     log_->debug("rank {} (pid {}) exited 0 after {:.3f} s", r, w.pid, w.endSeconds);
     // Peers waiting for this rank must re-check: it will never arrive again.

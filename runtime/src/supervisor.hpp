@@ -23,6 +23,7 @@
 #include "output.hpp"
 #include "segment.hpp"
 #include "stall.hpp"
+#include "trace_file.hpp"
 #include "xspawn/spawn.hpp"
 
 namespace spdlog { class logger; }
@@ -114,6 +115,21 @@ class Supervisor {
   Clock::time_point nextSample_{};
   bool stallHandled_ = false;
   std::string stallText_;  // the stall in one line, for the other machines
+
+  // Observability (supervisor_observe.cpp): the utilisation report and the trace timeline.
+  void observeStart();
+  void observeSample();
+  void observeSpawn(std::uint64_t startNs);
+  void observeWorkerEnd(int rank);
+  void observeAttempt(JobReport& report);
+  void observeEnd(const JobReport& report);
+  std::unique_ptr<TraceWriter> trace_;  // --trace
+  struct SchedTimes {
+    double cpu = -1, runqueue = -1;          // last sample (seconds)
+    double cpuBase = -1, runqueueBase = -1;  // when the rank's window began
+  };
+  std::vector<SchedTimes> sched_;
+  std::vector<std::pair<double, std::uint64_t>> samplesSeen_;  // (elapsed, samples of all ranks)
 };
 
 // The exit status of a job whose root cause is a stall (as timeout(1)'s).

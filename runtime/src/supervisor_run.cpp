@@ -11,6 +11,7 @@
 #include "context.hpp"
 #include "control.hpp"
 #include "supervisor.hpp"
+#include "telemetry.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::detail {
@@ -26,6 +27,7 @@ void Supervisor::sampleProgress() {
   std::vector<pid_t> pids;
   for (const Worker& w : workers_) pids.push_back(w.reaped ? 0 : w.pid);
   progress_->sample(*segment_, pids);
+  observeSample();
 }
 
 void Supervisor::onStall() {
@@ -181,7 +183,9 @@ JobReport Supervisor::runAttempt() {
              options_.startMethod == StartMethod::kFork ? "fork" : "exec", segment_->name(),
              (segment_->size() - heapReservedBytes_) / 1024, heapReservedBytes_ >> 20);
   try {
+    const std::uint64_t spawnNs = telemetry::nowNs();
     startWorkers();
+    observeSpawn(spawnNs);
     if (attempt_ == 0) joinMachines();
     loop();
   } catch (...) {
@@ -193,7 +197,9 @@ JobReport Supervisor::runAttempt() {
     throw;
   }
   finishAttempt();
-  return buildReport();
+  JobReport report = buildReport();
+  observeAttempt(report);
+  return report;
 }
 
 bool Supervisor::restartAfter(const JobReport& report) {
@@ -217,6 +223,7 @@ bool Supervisor::restartAfter(const JobReport& report) {
 JobResult Supervisor::run() {
   start_ = Clock::now();
   prepareJob();
+  observeStart();
   installSignals();
   JobResult result;
   try {
@@ -229,6 +236,7 @@ JobResult Supervisor::run() {
   }
   restoreSignals();
   result.exitCode = result.report.exitCode;
+  observeEnd(result.report);
   if (!options_.logDir.empty()) {
     std::ofstream(options_.logDir + "/report.json") << result.report.json();
   }

@@ -14,6 +14,7 @@
 #include "context.hpp"
 #include "fault.hpp"
 #include "machine_client.hpp"
+#include "telemetry.hpp"
 #include "xspawn/xspawn.hpp"
 
 namespace xs::detail {
@@ -57,6 +58,7 @@ void install(std::unique_ptr<Context> ctx) {
   slot.boundCpu.store(c->device.cpu, std::memory_order_relaxed);
   slot.pid.store(getpid(), std::memory_order_relaxed);
   gContext = c;
+  telemetry::bind(*c->segment, c->localRank);
   if (const char* spec = std::getenv(kEnvInjectFault); spec && *spec) fault::arm(spec, c->rank, c->restartCount);
   // Output goes to the launcher through a pipe: line-buffer it so lines arrive as written
   // and are not lost in a buffer when the process dies.
@@ -242,7 +244,10 @@ std::vector<std::string> rendezvous(std::string_view tag, std::string_view paylo
   auto& c = requireContext("rendezvous");
   auto bytes = std::as_bytes(std::span<const char>(payload.data(), payload.size()));
   auto& machines = detail::machineClient();
+  const std::uint64_t startNs = detail::telemetry::nowNs();
   auto all = machines.active() ? machines.rendezvous(tag, bytes) : c.control->rendezvous(tag, bytes);
+  detail::telemetry::collective(detail::OpKind::kRendezvous, tag, startNs, 0, detail::telemetry::nowNs(),
+                                payload.size(), 0);
   std::vector<std::string> out;
   out.reserve(all.size());
   for (auto& b : all) out.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
@@ -255,7 +260,9 @@ void barrier(std::string_view tag) {
     rendezvous(tag);
     return;
   }
+  const std::uint64_t startNs = detail::telemetry::nowNs();
   c.control->barrier(tag);
+  detail::telemetry::collective(detail::OpKind::kRendezvous, tag, startNs, 0, detail::telemetry::nowNs(), 0, 0);
 }
 
 }  // namespace xs

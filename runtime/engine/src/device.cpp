@@ -2,6 +2,7 @@
 // single-thread settings of the math libraries.
 #include "xspawn/engine/device.hpp"
 
+
 #include <sched.h>
 #include <sys/mman.h>
 
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "telemetry.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::engine {
@@ -98,6 +100,7 @@ float* Device::allocate(std::size_t floats, const char* what) {
     used_[off] = bytes;
     inUse_ += bytes;
     peak_ = std::max(peak_, inUse_);
+    xs::detail::telemetry::deviceMemory(inUse_, peak_, options_.memoryBytes);  // what top and the report show
     return reinterpret_cast<float*>(base_ + off);
   }
   std::size_t largest = 0;
@@ -118,6 +121,7 @@ void Device::release(float* p) {
   std::size_t size = u->second;
   used_.erase(u);
   inUse_ -= size;
+  xs::detail::telemetry::deviceMemory(inUse_, peak_, options_.memoryBytes);
   auto next = free_.lower_bound(off);
   if (next != free_.end() && next->first == off + size) {
     size += next->second;

@@ -1,11 +1,13 @@
 // model.cpp: Model: build, initialise, transfer a batch, forward, loss, backward.
 #include "xspawn/engine/model.hpp"
 
+
 #include <cstring>
 #include <utility>
 
 #include "xspawn/error.hpp"
 #include "ops.hpp"
+#include "telemetry.hpp"
 
 namespace xs::engine {
 
@@ -61,9 +63,13 @@ void Model::setBatch(const float* images, const std::int32_t* labels, int batch)
 
 const Tensor& Model::forward(bool train) {
   XS_CHECK(batch_ > 0, UsageError, "forward before setBatch: transfer a batch first");
+  xs::detail::telemetry::Span span(xs::detail::Category::kForward, "forward");
   train_ = train;
   nn::Context ctx{dev_, params_, buffers_, train, seed_, step_};
-  if (train) ++step_;
+  if (train) {
+    ++step_;
+    xs::detail::telemetry::addSamples(static_cast<std::uint64_t>(batch_));
+  }
   logits_ = &net_->forward(images_, ctx);
   probs_.ensure(dev_, logits_->shape(), "softmax");
   return *logits_;
@@ -83,6 +89,7 @@ int Model::correct() {
 
 void Model::backward() {
   XS_CHECK(logits_, UsageError, "backward before forward and loss");
+  xs::detail::telemetry::Span span(xs::detail::Category::kBackward, "backward");
   loss();  // refreshes the softmax the gradient starts from
   dlogits_.ensure(dev_, logits_->shape(), "logit gradients");
   crossEntropyBackward(dlogits_.data(), probs_.data(),

@@ -3,11 +3,12 @@
 // rendezvous every rank reached, the failing rank's last output lines), as text and JSON.
 // When ranks time out waiting for others, the root cause is the ranks that did not arrive
 // (stalled), with what the system says of them; the ranks that waited are their victims.
-// With restarts, every attempt's outcome.
+// With restarts, every attempt's outcome. For a training run, where every rank's time went.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xs {
@@ -50,6 +51,66 @@ struct AttemptOutcome {
   double failureSeconds = -1;
 };
 
+// Where one rank's time went over its window: from the start of its first accounted span (a
+// step, a collective, a batch) to the end of its last. Seconds; "other" is the rest of the
+// window (the program's own code, checkpoints, start-up work between spans).
+struct RankUtilisation {
+  int rank = 0;
+  int pid = 0;
+  double windowSeconds = 0;
+  double forward = 0, backward = 0, update = 0;  // compute
+  double data = 0;                               // waiting for the data loader
+  double collectiveWait = 0;  // inside collectives until the last rank arrived
+  double collectiveMove = 0;  // inside collectives after that: moving and reducing bytes
+  double rendezvous = 0;      // inside rendezvous and barriers
+  double injected = 0;        // injected delays (--inject-fault kind=slow)
+  double other = 0;
+  // From the kernel's scheduler statistics: time on a CPU, and time runnable but waiting for one
+  // (time-slicing when ranks outnumber cores); -1 when unknown.
+  double cpuSeconds = -1, runqueueSeconds = -1;
+  std::int64_t steps = 0;    // optimizer steps
+  std::int64_t samples = 0;  // training samples through forward
+  // Step times (end of one optimizer step, or of an evaluation or checkpoint, to the end of the
+  // next), seconds; the median and p99 come from a histogram with 4.4% wide buckets.
+  double stepMin = 0, stepMedian = 0, stepP99 = 0, stepMax = 0;
+  std::uint64_t devicePeakBytes = 0, deviceCapacityBytes = 0;
+
+  double compute() const { return forward + backward + update; }
+  double collectives() const { return collectiveWait + collectiveMove + rendezvous; }
+  // Percent of the window.
+  double share(double seconds) const { return windowSeconds > 0 ? 100.0 * seconds / windowSeconds : 0; }
+};
+
+// The slowest rank: the one whose time outside waiting for others is the longest.
+struct Straggler {
+  int rank = -1;              // -1: none (one rank, or all within 5% of each other)
+  std::string phase;          // where its extra time went: "forward", "data", "injected delay", ...
+  double extraPerStep = 0;    // seconds per step more than the others' median
+  double slowerPercent = 0;   // that, relative to the others' median
+  std::string text;           // one line
+};
+
+// Where a training job's time went, per emulated core and across the job: the report printed at
+// the end of every training run, in report.json, and from `xspawn report`.
+struct UtilisationReport {
+  bool present = false;  // false: no rank took an optimizer step (not a training run)
+  int cores = 0;         // online CPUs of the machine
+  int worldSize = 0;
+  std::vector<RankUtilisation> ranks;
+  Straggler straggler;
+  // Across the job, percent of all ranks' windows: collectives (waiting for the last rank,
+  // moving bytes, rendezvous) and time runnable without a CPU (-1: unknown).
+  double collectiveShare = 0, waitShare = 0, moveShare = 0, rendezvousShare = 0, runqueueShare = -1;
+  // The job's images/s over time: (seconds since the job started, images/s).
+  std::vector<std::pair<double, double>> throughput;
+  std::string source;  // where the figures come from ("the ranks' counters", "trace t.json")
+
+  // The table and its conclusions, as printed.
+  std::string text() const;
+  // The same as a JSON object (report.json's "utilisation").
+  std::string json() const;
+};
+
 struct JobReport {
   std::string jobId;
   int worldSize = 0;
@@ -77,6 +138,8 @@ struct JobReport {
   // (this one last).
   int restartCount = 0;
   std::vector<AttemptOutcome> attempts;
+  // Where the last attempt's time went, when it was a training run.
+  UtilisationReport utilisation;
 
   bool succeeded() const { return status == "succeeded"; }
   // The root cause in one line (the headline of text()).

@@ -54,6 +54,12 @@ struct SpawnOptions {
   // Faults to act out (fault injection for CI), e.g. "rank=2,step=100,kind=crash": see
   // docs/process-model.md. Empty: those of XSPAWN_INJECT_FAULT in the environment, if any.
   std::string injectFault;
+  // Writes the job's trace timeline to this file: a Chrome trace event file (Perfetto,
+  // chrome://tracing) with a track per rank and the launcher's (see xspawn/trace.hpp). Empty:
+  // no trace, and no tracing cost. Under mpirun each machine writes its own (docs/observability.md).
+  std::string traceFile;
+  // Spans kept per rank for the trace (the newest; 64 bytes each in the job's shared memory).
+  std::size_t traceEvents = 262144;
 };
 
 struct JobResult {

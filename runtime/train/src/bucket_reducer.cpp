@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "telemetry.hpp"
 #include "xspawn/error.hpp"
 #include "xspawn/collectives.hpp"
 
@@ -78,6 +79,7 @@ void BucketReducer::finish() {
 }
 
 void BucketReducer::serve() {
+  telemetry::nameThread("bucket thread");  // its all-reduces get a track of their own
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     work_.wait(lock, [this] { return stop_ || !queue_.empty(); });

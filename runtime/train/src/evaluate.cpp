@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "fnv.hpp"
+#include "telemetry.hpp"
 #include "xspawn/collectives.hpp"
 #include "xspawn/data/rng.hpp"
 #include "xspawn/xspawn.hpp"
@@ -12,6 +13,7 @@ namespace xs {
 
 EvalResult evaluate(engine::Model& model, const data::Dataset& test, const data::Transform& transform,
                     int batchSize) {
+  detail::telemetry::Span span(detail::Category::kEval, "evaluate");
   const std::int64_t rank = xs::get_ordinal(), world = xs::world_size();
   const std::int64_t share = (test.size() - rank + world - 1) / world;  // images rank, rank + world, ...
   const std::size_t per = transform.outSize();

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "fnv.hpp"
+#include "telemetry.hpp"
 #include "xspawn/collectives.hpp"
 #include "xspawn/error.hpp"
 #include "xspawn/xspawn.hpp"
@@ -81,8 +82,12 @@ void GradientSync::allReduce(std::span<float> stats) {
   std::copy(stats.begin(), stats.end(), shared_);
   xs::CollectiveOptions opt;
   opt.tag = "gradients";
-  if (reducer_ && armed_)
-    reducer_->finish();  // the buckets of this backward, then what is left
+  if (reducer_ && armed_) {
+    // The buckets of this backward, then what is left: the bucket thread's all-reduces overlap
+    // backward, so the rank's collective time is this wait after it.
+    telemetry::Span span(Category::kCollectiveWait, "gradient buckets");
+    reducer_->finish();
+  }
   else
     xs::all_reduce(shared_, shared_, kStepStats + count_, xs::DType::kFloat32, xs::ReduceOp::kMean, opt);
   std::copy(shared_, shared_ + stats.size(), stats.begin());

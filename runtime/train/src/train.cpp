@@ -7,6 +7,7 @@
 
 #include "fault.hpp"
 #include "grad_sync.hpp"
+#include "telemetry.hpp"
 #include "xspawn/engine/checkpoint.hpp"
 #include "xspawn/error.hpp"
 #include "xspawn/xspawn.hpp"
@@ -41,9 +42,14 @@ void optimizer_step(engine::Model& model, optim::Optimizer& optimizer, std::span
            fmt::format("optimizer_step: the {} optimizer was built for another model's parameters ({} floats), "
                        "not for model '{}' ({} floats): build it from this model, e.g. optim::SGD(model, ...)",
                        optimizer.kind(), optimizer.params().size(), model.name(), model.params().size()));
-  if (detail::fault::gArmed) detail::fault::atStep();
-  detail::gradientSync(model).allReduce(stats);
-  optimizer.step();
+  {
+    detail::telemetry::Span step(detail::Category::kStep, "optimizer_step");
+    if (detail::fault::gArmed) detail::fault::atStep();
+    detail::gradientSync(model).allReduce(stats);
+    detail::telemetry::Span update(detail::Category::kUpdate, "update");
+    optimizer.step();
+  }
+  detail::telemetry::stepDone();
 }
 
 int gradient_buckets(const engine::Model& model) {
@@ -57,6 +63,7 @@ bool gradients_zero_copy(const engine::Model& model) {
 }
 
 void save(const std::string& path, engine::Model& model, optim::Optimizer& optimizer, const TrainingState& state) {
+  detail::telemetry::Span span(detail::Category::kCheckpoint, "save checkpoint");
   nlohmann::json extra = {{"epoch", state.epoch},
                           {"step", state.step},
                           {"sampler_epoch", state.sampler.epoch},
@@ -79,6 +86,7 @@ void save(const std::string& path, engine::Model& model, optim::Optimizer& optim
 }
 
 TrainingState load(const std::string& path, engine::Model& model, optim::Optimizer& optimizer) {
+  detail::telemetry::Span span(detail::Category::kCheckpoint, "load checkpoint");
   const std::string text = engine::loadCheckpoint(path, model, &optimizer);
   TrainingState s;
   if (text.empty()) return s;  // written by engine::saveCheckpoint alone: weights only
