@@ -36,7 +36,7 @@ po::options_description launcherOptions() {
     ("max-restarts", po::value<std::string>()->default_value("0"), "after a failure, stop the gang and start a new one, up to N times (workers see XSPAWN_RESTART_COUNT)")
     ("inject-fault", po::value<std::string>(), "act out a failure for CI: SPEC such as rank=2,step=100,kind=crash (kinds: crash, segv, abort, exit:N, throw, hang, spin, stop, slow:200ms, oom; triggers: step=N, at=TAG, collective=K; attempt=N)")
     ("trace", po::value<std::string>(), "write the job's trace timeline to FILE: a Chrome trace event file for Perfetto or chrome://tracing, a track per rank (see 'xspawn report FILE')")
-    ("trace-events", po::value<std::string>()->default_value("262144"), "with --trace: spans kept per rank, the newest (64 bytes each in shared memory)")
+    ("trace-events", po::value<std::string>()->default_value("131072"), "with --trace: spans kept per rank, the newest (64 bytes each in shared memory)")
     ("help,h", "show this help")
     ("version", "show the version");
   return d;

@@ -58,8 +58,8 @@ struct SpawnOptions {
   // chrome://tracing) with a track per rank and the launcher's (see xspawn/trace.hpp). Empty:
   // no trace, and no tracing cost. Under mpirun each machine writes its own (docs/observability.md).
   std::string traceFile;
-  // Spans kept per rank for the trace (the newest; 64 bytes each in the job's shared memory).
-  std::size_t traceEvents = 262144;
+  // Spans kept per rank for the trace (the newest; 64 bytes each in the job's shared memory: 8 MiB per rank by default).
+  std::size_t traceEvents = 131072;
 };
 
 struct JobResult {
