@@ -99,7 +99,7 @@ TEST(Observability, TraceHasEveryRankWithNestedSpansAndTheBytesOfEachCollective)
       EXPECT_EQ(thread[std::make_pair(e["pid"].get<int>(), e["tid"].get<int>())], "bucket thread");
     }
   }
-  EXPECT_GT(allReduces, 3 * 42);
+  EXPECT_GE(allReduces, 3 * 10);  // at least one per step (2048 images, batch 64, 3 ranks) and rank
   EXPECT_GT(onBucketThread, 0);
   EXPECT_TRUE(noTemporaries(dir));
   // The report from the trace and the launcher's own (report.json) tell the same story.
@@ -124,7 +124,7 @@ TEST(Observability, ReportNamesTheRankSlowedByAnInjectedDelay) {
   const json u = readJson(dir / "report.json")["utilisation"];
   EXPECT_EQ(u["straggler"]["rank"], 1) << u.dump(2);
   EXPECT_EQ(u["straggler"]["phase"], "injected delay");
-  // 25 ms on 40 of its 42 steps: about 24 ms per step more than the others.
+  // 25 ms on 40 of its 42 steps (2048 images, batch 16, 3 ranks): about 24 ms per step more.
   EXPECT_GT(u["straggler"]["extra_ms_per_step"].get<double>(), 15.0);
   EXPECT_LT(u["straggler"]["extra_ms_per_step"].get<double>(), 45.0);
   for (int rank : {0, 2}) {
@@ -143,7 +143,8 @@ TEST(Observability, TopShowsARunningJob) {
   const std::string job = "top-" + std::to_string(::getpid());
   // In the background: each step of rank 0 takes >= 100 ms, so the job runs for a few seconds.
   const std::string start = std::string(XSPAWN_BIN) + " --nprocs 2 -q --job-id " + job +
-                            " --inject-fault 'rank=0,step=1,kind=slow:100ms' " + kSmall + "--train-size 8192 > " +
+                            " --inject-fault 'rank=0,step=1,kind=slow:100ms' train --model mlp --dataset synthetic --train-size 8192 "
+                            "--test-size 256 --epochs 1 > " +
                             (dir / "out.txt").string() + " 2>&1 &";
   ASSERT_EQ(std::system(start.c_str()), 0);
   json seen;
