@@ -117,17 +117,16 @@ Collectives::Collectives(Context& context)
 
 void Collectives::begin(OpKind kind, const CollectiveOptions& options, std::string_view description,
                         std::uint64_t detail, std::uint64_t bytes, Algorithm algorithm) {
-  opKind_ = kind;
-  opStartNs_ = telemetry::nowNs();
-  opSyncNs_ = 0;
-  opBytes_ = bytes;
-  opAlgorithm_ = static_cast<int>(algorithm);
   if (options.tag.empty()) {
     control_.enterOp(kind, description.substr(0, kTagBytes - 1), detail);
   } else {
     // The user's tag and the arguments both show, so that a mismatch of either is visible.
     control_.enterOp(kind, Description("{}: {}", options.tag, description).view(), detail);
   }
+  opKind_ = kind;
+  opSyncNs_ = 0;
+  opBytes_ = bytes;
+  opAlgorithm_ = static_cast<int>(algorithm);
   deadline_ = Clock::now() + (options.timeout.count() > 0 ? options.timeout : control_.timeout());
 }
 

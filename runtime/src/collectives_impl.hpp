@@ -62,7 +62,8 @@ class Collectives {
   // its first sync.
   void end() {
     control_.leaveOp();
-    telemetry::collective(opKind_, control_.opTag(), opStartNs_, opSyncNs_, telemetry::nowNs(), opBytes_, opAlgorithm_);
+    telemetry::collective(opKind_, control_.opTag(), control_.opEnteredNs(), opSyncNs_, telemetry::nowNs(), opBytes_,
+                          opAlgorithm_);
   }
   void sync() {
     control_.sync(deadline_);
@@ -132,9 +133,8 @@ class Collectives {
   std::uint64_t stageUses_ = 0;
   std::size_t heapUsed_ = 0;
   Clock::time_point deadline_{};
-  // The op in progress, for its account.
+  // The op in progress, for its account (it started at control_.opEnteredNs()).
   OpKind opKind_ = OpKind::kAllReduce;
-  std::uint64_t opStartNs_ = 0;
   std::uint64_t opSyncNs_ = 0;
   std::uint64_t opBytes_ = 0;
   int opAlgorithm_ = 0;

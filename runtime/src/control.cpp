@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "fault.hpp"
+#include "telemetry.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::detail {
@@ -104,11 +105,9 @@ std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag, std::uint
   RankSlot& me = segment_.slot(rank_);
   // Seqlock write: mark "writing" first so a reader never pairs the old seq with new fields.
   me.opSeq.store(kSeqWriting, std::memory_order_relaxed);
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC, &now);  // the launcher's steady clock
-  const std::uint64_t nowNs = static_cast<std::uint64_t>(now.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(now.tv_nsec);
-  me.opEnterNs.store(nowNs, std::memory_order_relaxed);
-  if (seq_ == 1) me.firstOpNs.store(nowNs, std::memory_order_relaxed);
+  enteredNs_ = telemetry::nowNs();  // the launcher's steady clock
+  me.opEnterNs.store(enteredNs_, std::memory_order_relaxed);
+  if (seq_ == 1) me.firstOpNs.store(enteredNs_, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   me.opHash.store(hash_, std::memory_order_relaxed);
   me.opKind.store(static_cast<std::uint32_t>(kind), std::memory_order_relaxed);

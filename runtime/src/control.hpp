@@ -40,6 +40,8 @@ class ControlPlane {
   std::uint64_t opSeq() const { return seq_; }
   std::uint64_t opHash() const { return hash_; }
   const std::string& opTag() const { return tag_; }
+  // CLOCK_MONOTONIC ns when this rank entered its last op.
+  std::uint64_t opEnteredNs() const { return enteredNs_; }
 
   // Publishes "this rank is now in op `tag`" with the next sequence number and fails at once
   // (DivergenceError) if a peer already sits at that sequence number with another tag.
@@ -97,6 +99,7 @@ class ControlPlane {
   std::uint64_t seq_ = 0;         // sequence number of the last op entered
   std::uint64_t hash_ = 0;        // its hash
   std::string tag_;               // its tag
+  std::uint64_t enteredNs_ = 0;   // when it was entered
   std::uint64_t payloadRound_ = 0;  // rendezvous rounds so far (payload parity)
   std::uint64_t syncCount_ = 0;     // collective syncs so far (mirror of our slot's syncCount)
   bool oversubscribed_ = false;     // more ranks than cores

@@ -38,8 +38,13 @@ std::atomic<int> gThreads{1};        // thread indices handed out (0: the main t
 thread_local int tThread = -1;       // this thread's index, -1 until its first record
 
 // The name table: written under the mutex (any thread may record), read after the rank ends.
+// Looked up by string_view (transparent hash): a span's name is copied only the first time.
+struct NameHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
 std::mutex gNamesMutex;
-std::unordered_map<std::string, std::uint32_t>* gNameIds = nullptr;
+std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>>* gNameIds = nullptr;
 
 bool isMain() { return pthread_equal(pthread_self(), gMainThread) != 0; }
 
@@ -51,8 +56,8 @@ int threadIndex() {
 // The name's offset + 1 in the ring's table; 0 when the table is full.
 std::uint32_t intern(std::string_view name) {
   std::lock_guard<std::mutex> lock(gNamesMutex);
-  if (!gNameIds) gNameIds = new std::unordered_map<std::string, std::uint32_t>();  // lives as the process
-  auto it = gNameIds->find(std::string(name));
+  if (!gNameIds) gNameIds = new std::remove_pointer_t<decltype(gNameIds)>();  // lives as the process
+  auto it = gNameIds->find(name);
   if (it != gNameIds->end()) return it->second;
   const std::uint32_t used = gRing->namesUsed.load(std::memory_order_relaxed);
   if (used + name.size() + 1 > kTraceNameBytes) return 0;
