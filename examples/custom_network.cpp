@@ -16,6 +16,7 @@
 #include <xspawn/data/loader.hpp>
 #include <xspawn/nn.hpp>
 #include <xspawn/optim.hpp>
+#include <xspawn/trace.hpp>
 #include <xspawn/train.hpp>
 #include <xspawn/xspawn.hpp>
 
@@ -87,6 +88,7 @@ void map_fn(int, const xs::Flags& flags) {
                      restarted ? fmt::format("restart {}: ", xs::restart_count()) : "", checkpoint, state.step,
                      state.epoch + 1);
   }
+  xs::expect_steps(static_cast<std::int64_t>(loader.batchesPerEpoch()) * epochs);  // `xspawn top` shows the ETA
   for (int epoch = static_cast<int>(state.epoch); epoch < std::min(epochs, stopAfter); ++epoch) {
     optimizer->setLr(schedule.at(epoch));
     loader.startEpoch(epoch);
@@ -97,6 +99,7 @@ void map_fn(int, const xs::Flags& flags) {
       ++state.step;
       loader.recycle(std::move(*batch));
     }
+    xs::Trace span("epoch end");  // the program's own span on its rank's track under --trace
     const xs::EvalResult e = xs::evaluate(model, test, plain, 128);
     xs::master_print("epoch {}: loss {:.4f}, test accuracy {:.2f}%, {} gradient buckets per step", epoch + 1,
                      loss[0], 100 * e.accuracy, xs::gradient_buckets(model));

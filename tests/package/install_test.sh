@@ -64,9 +64,13 @@ step "the custom network: resumed from its checkpoint, the same weights as witho
 ck="$work/ck.xsckpt"
 "$work/examples/custom_network" --nprocs 2 --epochs 3 --stop-after 2 --checkpoint "$ck" > /dev/null
 resumed=$("$work/examples/custom_network" --nprocs 2 --epochs 3 --checkpoint "$ck" --resume 1 | grep "weights hash")
-straight=$("$prefix/bin/xspawn" --nprocs 2 -q run -- "$work/examples/custom_network" --nprocs 2 --epochs 3 | grep "weights hash")
+straight=$("$prefix/bin/xspawn" --nprocs 2 -q --trace "$work/trace.json" run -- "$work/examples/custom_network" \
+  --nprocs 2 --epochs 3 | grep "weights hash")
 echo "resumed: $resumed; uninterrupted: $straight"
 test "$resumed" = "$straight"
+
+step "the custom network's own xs::Trace spans in the installed xspawn's trace"
+test "$(grep -c '"name":"epoch end","cat":"user"' "$work/trace.json")" = 6  # 3 epochs x 2 ranks
 
 step "the custom network: rank 1 killed in epoch 2, the restarted gang resumes by itself, the same weights"
 rm -f "$ck"
