@@ -84,5 +84,9 @@ inline constexpr const char* kEnvFlags = "XSPAWN_FLAGS";
 inline constexpr const char* kEnvRestartCount = "XSPAWN_RESTART_COUNT";
 // Faults to act out (fault.hpp): set by --inject-fault, or by whoever starts the job.
 inline constexpr const char* kEnvInjectFault = "XSPAWN_INJECT_FAULT";
+// For tests of a job spanning machines on one machine: this launcher's clock reads that many
+// microseconds ahead when the machines' clocks are aligned for the trace (a whole number,
+// negative for behind).
+inline constexpr const char* kEnvClockSkewUs = "XSPAWN_CLOCK_SKEW_US";
 
 }  // namespace xs::detail

@@ -26,6 +26,7 @@ struct Hello {
   std::uint64_t stageBytes;
   std::uint64_t heapBytes;
   std::uint64_t bufferBytes;
+  std::uint64_t originNs;  // the job's start on this launcher's clock
   char host[64];
 };
 
@@ -45,8 +46,13 @@ constexpr std::chrono::microseconds kProxySpin{30};
 
 }  // namespace
 
-MachineProxy::MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport)
-    : segment_(segment), transport_(std::move(transport)), channel_(*segment.machineChannel()) {
+MachineProxy::MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport, std::uint64_t originNs,
+                           std::int64_t skewNs)
+    : segment_(segment),
+      transport_(std::move(transport)),
+      channel_(*segment.machineChannel()),
+      originNs_(originNs),
+      skewNs_(skewNs) {
   eventFd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (eventFd_ < 0) XS_THROW(SystemError, fmt::format("eventfd: {}", std::strerror(errno)));
 }
@@ -151,7 +157,7 @@ void MachineProxy::pump() {
   }
 }
 
-void MachineProxy::complete(const std::vector<MachineTransport::Handle>& handles) {
+void MachineProxy::complete(const std::vector<MachineTransport::Handle>& handles, bool stoppable) {
   std::vector<bool> done(handles.size(), false);
   for (std::size_t left = handles.size(); left > 0;) {
     for (std::size_t i = 0; i < handles.size(); ++i) {
@@ -161,8 +167,10 @@ void MachineProxy::complete(const std::vector<MachineTransport::Handle>& handles
       }
     }
     if (left == 0) break;
-    pump();
-    if (stop_.load(std::memory_order_relaxed)) throw Stopped{};
+    if (stoppable) {
+      pump();
+      if (stop_.load(std::memory_order_relaxed)) throw Stopped{};
+    }
     // The transport progresses only when tested; yield the core to a worker between tests.
     sched_yield();
   }
@@ -182,6 +190,7 @@ void MachineProxy::handshake() {
   mine.stageBytes = h.stageBytes;
   mine.heapBytes = h.heapBytes;
   mine.bufferBytes = channel_.bufferBytes;
+  mine.originNs = originNs_ + static_cast<std::uint64_t>(skewNs_);
   std::snprintf(mine.host, sizeof mine.host, "%s", transport_->hostName().c_str());
   std::vector<Hello> all(transport_->machines());
   complete({transport_->allGather(&mine, sizeof mine, all.data())});
@@ -204,6 +213,9 @@ void MachineProxy::handshake() {
       return;
     }
   }
+  std::vector<std::uint64_t> origins;
+  for (const Hello& x : all) origins.push_back(x.originNs);
+  alignClocks(origins);
   channel_.joined.store(1, std::memory_order_release);
 }
 
@@ -371,6 +383,7 @@ void MachineProxy::threadMain() {
         toSend_ = MachineNotice{static_cast<int>(channel_.machine), kFinishedNotice, "finished"};
       }
       flushNotices();
+      gatherTraceParts();
       transport_->finalize();
     } else {
       flushNotices();

@@ -6,7 +6,12 @@
 // first local failure goes to every other machine, and a failure another machine reports
 // aborts this machine's job.
 //
-//   kJoining --handshake ok--> kServing --stop--> kDone (finalize when clean)
+// At the handshake it also measures every launcher's clock against machine 0's (the trace's
+// one time axis), and when the job ends cleanly it carries every machine's part of the trace
+// to machine 0 before leaving (machine_proxy_observe.cpp).
+//
+//   kJoining --handshake, clocks--> kServing --stop--> kDone (trace parts gathered, finalize
+//   when clean)
 //            --mismatch / transport error / divergence across machines--> kBroken
 #pragma once
 
@@ -40,7 +45,19 @@ class MachineProxy {
     char tag[kTagBytes];
   };
 
-  MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport);
+  // A launcher's clock against machine 0's, measured once at the handshake.
+  struct MachineClock {
+    std::string host;
+    std::uint64_t originNs = 0;     // the job's start, on this machine's clock
+    std::int64_t offsetNs = 0;      // this machine's clock minus machine 0's
+    std::uint64_t errorNs = 0;      // the true offset lies within offsetNs +- errorNs
+    std::uint64_t roundTripNs = 0;  // the best of the pings' round trips
+  };
+
+  // originNs: the job's start on this launcher's clock (CLOCK_MONOTONIC); skewNs: added to
+  // every clock read of the alignment (XSPAWN_CLOCK_SKEW_US, for tests on one machine).
+  MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport, std::uint64_t originNs,
+               std::int64_t skewNs = 0);
   ~MachineProxy();
   MachineProxy(const MachineProxy&) = delete;
   MachineProxy& operator=(const MachineProxy&) = delete;
@@ -64,6 +81,15 @@ class MachineProxy {
   // The exit code of a notice that says "this machine finished cleanly" (not a failure).
   static constexpr int kFinishedNotice = -1;
 
+  // Every machine's clock in machine order, once measured (else empty).
+  std::vector<MachineClock> clocks() const;
+  // This machine's part of the trace, for machine 0 (set before stop(true); machines > 0).
+  void setTracePart(std::string part);
+  // Machine 0, after stop(true): every other machine's part (index: machine; empty: none came).
+  std::vector<std::string> traceParts() const;
+  // Machines > 0, after stop(true): whether this machine's part reached machine 0.
+  bool tracePartSent() const;
+
  private:
   struct Stopped {};
   void threadMain();
@@ -79,7 +105,12 @@ class MachineProxy {
   static constexpr std::size_t kCheckExchangeBytes = sizeof(OpCheck) + kSmallAllReduceBytes;
   void serveRendezvous(const MachineRequest& request);
   // Waits for the handles while moving notices both ways; throws Stopped on stop().
-  void complete(const std::vector<MachineTransport::Handle>& handles);
+  // Unstoppable (the job's end, after the finished notice): waits as MPI_Finalize would.
+  void complete(const std::vector<MachineTransport::Handle>& handles, bool stoppable = true);
+  // machine_proxy_observe.cpp
+  std::uint64_t clockNs() const;
+  void alignClocks(const std::vector<std::uint64_t>& origins);
+  void gatherTraceParts();
   void pump();
   void flushNotices();
   void post(Event event);
@@ -89,6 +120,8 @@ class MachineProxy {
   Segment& segment_;
   std::unique_ptr<MachineTransport> transport_;
   MachineChannel& channel_;
+  std::uint64_t originNs_;
+  std::int64_t skewNs_;
   int eventFd_ = -1;
   std::thread thread_;
   std::atomic<bool> stop_{false};
@@ -100,6 +133,10 @@ class MachineProxy {
   bool reported_ = false;
   std::vector<std::string> hosts_;
   std::vector<int> finishedMachines_;
+  std::vector<MachineClock> clocks_;
+  std::string tracePart_;
+  std::vector<std::string> traceParts_;
+  bool tracePartSent_ = false;
   // Thread-only state.
   bool broken_ = false;
   std::uint64_t served_ = 0;

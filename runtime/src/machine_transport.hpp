@@ -51,6 +51,10 @@ class MachineTransport {
   virtual Handle broadcast(void* data, std::size_t bytes, int root) = 0;
   // out = every machine's `bytes` from in, in machine order.
   virtual Handle allGather(const void* in, std::size_t bytes, void* out) = 0;
+  // Point-to-point, for the launchers' clock alignment and the trace's gather at the end:
+  // `bytes` (below 2 GiB) to or from one machine, matched in the order they were posted.
+  virtual Handle send(const void* data, std::size_t bytes, int to) = 0;
+  virtual Handle receive(void* data, std::size_t bytes, int from) = 0;
   // Progresses the transport; true once the handle's operation is done (the handle is then
   // released).
   virtual bool test(Handle handle) = 0;

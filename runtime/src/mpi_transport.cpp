@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <map>
 #include <stdexcept>
@@ -19,6 +20,7 @@ namespace xs::detail {
 namespace {
 
 constexpr int kNoticeTag = 7001;
+constexpr int kDataTag = 7002;  // point-to-point data (clock pings, trace parts)
 // Small enough for every transport's eager protocol: a notice arrives even if its sender
 // exits right after sending it.
 constexpr std::size_t kNoticeBytes = 1024;
@@ -96,6 +98,16 @@ class MpiTransport final : public MachineTransport {
           "MPI_Iallgather");
     return keep(r);
   }
+  Handle send(const void* data, std::size_t bytes, int to) override {
+    MPI_Request r;
+    check(MPI_Isend(data, count(bytes), MPI_BYTE, to, kDataTag, comm_, &r), "MPI_Isend");
+    return keep(r);
+  }
+  Handle receive(void* data, std::size_t bytes, int from) override {
+    MPI_Request r;
+    check(MPI_Irecv(data, count(bytes), MPI_BYTE, from, kDataTag, comm_, &r), "MPI_Irecv");
+    return keep(r);
+  }
   bool test(Handle handle) override {
     auto it = requests_.find(handle);
     if (it == requests_.end()) return true;
@@ -160,6 +172,10 @@ class MpiTransport final : public MachineTransport {
   }
 
  private:
+  static int count(std::size_t bytes) {
+    if (bytes > static_cast<std::size_t>(INT_MAX)) XS_THROW(SystemError, "a point-to-point message above 2 GiB");
+    return static_cast<int>(bytes);
+  }
   Handle keep(MPI_Request r) {
     requests_[++lastHandle_] = r;
     return lastHandle_;

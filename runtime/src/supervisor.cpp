@@ -106,6 +106,7 @@ void Supervisor::prepareJob() {
     validateJobId(base);
     jobId_ = fmt::format("{}.m{}", base, place_.machine);
     transport_ = loadMpiTransport();
+    clockSkewNs_ = clockSkewNs();
   } else {
     jobId_ = options_.jobId.empty() ? generateJobId() : options_.jobId;
   }
@@ -507,7 +508,9 @@ void Supervisor::loop() {
 
 void Supervisor::joinMachines() {
   if (!transport_) return;
-  proxy_ = std::make_unique<MachineProxy>(*segment_, std::move(transport_));
+  const auto originNs = std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count();
+  proxy_ = std::make_unique<MachineProxy>(*segment_, std::move(transport_), static_cast<std::uint64_t>(originNs),
+                                          clockSkewNs_);
   proxy_->start();
   log_->debug("machine {} of {}: MPI proxy started", place_.machine, place_.machines);
 }
@@ -542,6 +545,7 @@ void Supervisor::finishAttempt() {
                  "can no longer reach this machine, and mpirun's exit status is the whole job's",
                  place_.machine, world_);
     }
+    if (clean && trace_) traceBeforeLeaving();
     proxy_->stop(clean);
     onMachineEvents();
   }

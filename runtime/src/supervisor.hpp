@@ -123,6 +123,15 @@ class Supervisor {
   void observeWorkerEnd(int rank);
   void observeAttempt(JobReport& report);
   void observeEnd(const JobReport& report);
+  UtilisationReport attemptUtilisation();
+  void traceAttempt();              // the attempt's ranks and images/s into the trace, once
+  void traceBeforeLeaving();        // a job spanning machines that ended cleanly here
+  // The file, on one time axis across machines; provisional: this machine's own, in case the
+  // others never send theirs (said at debug level only).
+  void writeTrace(const JobReport& report, bool provisional = false);
+  static std::int64_t clockSkewNs();  // XSPAWN_CLOCK_SKEW_US, checked
+  std::int64_t clockSkewNs_ = 0;
+  bool finalSampled_ = false, traceAdded_ = false;
   std::unique_ptr<TraceWriter> trace_;  // --trace
   struct SchedTimes {
     double cpu = -1, runqueue = -1;          // last sample (seconds)

@@ -4,7 +4,9 @@
 // attempt the ranks' telemetry and trace rings, read from the segment before it goes.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +14,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <nlohmann/json.hpp>
+
+#include "context.hpp"
+#include "machine_proxy.hpp"
 #include "supervisor.hpp"
 #include "telemetry.hpp"
 #include "utilisation.hpp"
@@ -87,26 +93,52 @@ void Supervisor::observeWorkerEnd(int r) {
                           fmt::format(R"({{"rank":{},"pid":{}}})", globalRank(r), w.pid));
 }
 
-void Supervisor::observeAttempt(JobReport& report) {
-  observeSample();  // the final counters: every rank has ended
+UtilisationReport Supervisor::attemptUtilisation() {
+  if (!finalSampled_) observeSample();  // the final counters: every rank has ended
+  finalSampled_ = true;
   std::vector<RankFigures> figures;
-  std::vector<int> pids;
   for (int r = 0; r < world_; ++r) {
-    pids.push_back(workers_[r].pid);
     RankFigures f = readFigures(segment_->slot(r).telemetry, globalRank(r), workers_[r].pid);
     const SchedTimes& s = sched_[static_cast<std::size_t>(r)];
     if (s.cpuBase >= 0) f.cpuSeconds = s.cpu - s.cpuBase, f.runqueueSeconds = s.runqueue - s.runqueueBase;
     figures.push_back(f);
   }
-  const std::vector<std::pair<double, double>> series = throughputSeries(samplesSeen_);
-  UtilisationReport u = buildUtilisation(figures, static_cast<int>(segment_->header().onlineCpus), series,
-                                         "the ranks' counters");
-  if (u.present) report.utilisation = std::move(u);
-  if (!trace_) return;
+  return buildUtilisation(figures, static_cast<int>(segment_->header().onlineCpus), throughputSeries(samplesSeen_),
+                          "the ranks' counters");
+}
+
+void Supervisor::traceAttempt() {
+  if (!trace_ || traceAdded_) return;
+  traceAdded_ = true;
+  std::vector<int> pids;
+  for (const Worker& w : workers_) pids.push_back(w.pid);
   trace_->addRanks(*segment_, pids, globalRank(0), attempt_);
   const std::uint64_t origin = steadyNs(start_);
-  for (const auto& [t, rate] : series) trace_->counter("images/s", origin + static_cast<std::uint64_t>(t * 1e9), rate);
-  if (!report.succeeded()) {
+  for (const auto& [t, rate] : throughputSeries(samplesSeen_))
+    trace_->counter("images/s", origin + static_cast<std::uint64_t>(t * 1e9), rate);
+}
+
+void Supervisor::traceBeforeLeaving() {
+  // Machine 0 writes the job's one trace: the others' parts go to it as they leave. Each
+  // machine first writes its own file, in case a machine fails while this one waits for the
+  // others (mpirun then ends this one too): replaced by the whole job's, or removed once sent.
+  JobReport now;
+  now.utilisation = attemptUtilisation();
+  traceAttempt();
+  if (place_.machine > 0) proxy_->setTracePart(trace_->machinePart(now.utilisation));
+  try {
+    writeTrace(now, true);
+  } catch (const Error& e) {
+    log_->debug("{}", e.what());  // said again, if it still fails, at the end
+  }
+}
+
+void Supervisor::observeAttempt(JobReport& report) {
+  UtilisationReport u = attemptUtilisation();
+  if (u.present) report.utilisation = std::move(u);
+  traceAttempt();
+  finalSampled_ = traceAdded_ = false;  // the next attempt's
+  if (trace_ && !report.succeeded()) {
     trace_->launcherInstant(fmt::format("failure: {}", report.headline()), telemetry::nowNs(),
                             fmt::format(R"({{"exit_code":{}}})", report.exitCode));
   }
@@ -123,19 +155,68 @@ void Supervisor::observeEnd(const JobReport& report) {
     }
   }
   if (!trace_) return;
-  trace_->setSummary(report.utilisation, options_.traceEvents);
-  const std::string path = machineTracePath(options_.traceFile, place_.machine, place_.machines);
-  try {
-    trace_->write(path);
-  } catch (const Error& e) {
-    log_->error("{}", e.what());  // the job's own outcome stands
+  if (proxy_ && proxy_->tracePartSent()) {
+    std::remove(machineTracePath(options_.traceFile, place_.machine, place_.machines).c_str());
+    log_->info("trace: this machine's {} spans went to machine 0, which writes the job's trace", trace_->spans());
     return;
   }
-  log_->info("trace: {} ({} spans{}); open it in Perfetto (ui.perfetto.dev) or chrome://tracing, or run 'xspawn "
+  try {
+    writeTrace(report);
+  } catch (const Error& e) {
+    log_->error("{}", e.what());  // the job's own outcome stands
+  }
+}
+
+void Supervisor::writeTrace(const JobReport& report, bool provisional) {
+  std::string path = options_.traceFile, machines;
+  int worldInFile = world_;
+  if (proxy_) {
+    // One axis for the job: machine 0's clock, from machine 0's start.
+    const std::vector<MachineProxy::MachineClock> clocks = proxy_->clocks();
+    const std::vector<std::string> parts = place_.machine == 0 ? proxy_->traceParts() : std::vector<std::string>{};
+    auto shiftOf = [&](std::size_t k) {
+      return static_cast<std::int64_t>(clocks[k].originNs - clocks[0].originNs) - clocks[k].offsetNs;
+    };
+    int inFile = 1;
+    std::uint64_t worst = 0;
+    nlohmann::json list = nlohmann::json::array();
+    for (std::size_t k = 0; k < clocks.size(); ++k) {
+      const bool merged = k > 0 && k < parts.size() && !parts[k].empty();
+      if (merged) trace_->addMachinePart(parts[k], shiftOf(k)), ++inFile;
+      if (static_cast<int>(k) == place_.machine && k > 0) trace_->shift(shiftOf(k));
+      worst = std::max(worst, clocks[k].errorNs);
+      list.push_back({{"machine", k}, {"host", clocks[k].host}, {"clock_offset_us", clocks[k].offsetNs * 1e-3},
+                      {"clock_error_us", clocks[k].errorNs * 1e-3}, {"round_trip_us", clocks[k].roundTripNs * 1e-3},
+                      {"in_this_file", merged || static_cast<int>(k) == place_.machine}});
+    }
+    trace_->setMachines(list.dump());
+    if (inFile < place_.machines) path = machineTracePath(path, place_.machine, place_.machines);
+    worldInFile = inFile * world_;
+    machines = clocks.empty()
+                   ? fmt::format(", machine {} only: the machines' clocks were never compared", place_.machine)
+               : inFile == place_.machines
+                   ? fmt::format(" of {} machines, their clocks aligned to machine 0's within {:.1f} us", inFile, worst * 1e-3)
+                   : fmt::format(", machine {} only (the others wrote their own), on machine 0's clock within {:.1f} us",
+                                 place_.machine, worst * 1e-3);
+  }
+  trace_->setSummary(report.utilisation, options_.traceEvents, worldInFile);
+  trace_->write(path);
+  log_->log(provisional ? spdlog::level::debug : spdlog::level::info, "trace: {} ({} spans{}{}); open it in Perfetto (ui.perfetto.dev) or chrome://tracing, or run 'xspawn "
              "report {}'",
-             path, trace_->spans(),
+             path, trace_->spans(), machines,
              trace_->dropped() ? fmt::format(", the oldest {} overwritten: raise --trace-events", trace_->dropped()) : "",
              path);
+}
+
+std::int64_t Supervisor::clockSkewNs() {
+  const char* v = std::getenv(kEnvClockSkewUs);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long us = std::strtoll(v, &end, 10);
+  XS_CHECK(*end == '\0' && errno == 0 && us > -1000000000000LL && us < 1000000000000LL, UsageError,
+           fmt::format("{}={}: give a whole number of microseconds (for tests only)", kEnvClockSkewUs, v));
+  return us * 1000;
 }
 
 }  // namespace xs::detail

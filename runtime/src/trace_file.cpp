@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cmath>
 #include <cstring>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -59,6 +61,7 @@ void TraceWriter::event(std::string_view json) {
 }
 
 void TraceWriter::processName(int pid, const std::string& name, int sortIndex) {
+  pids_.insert(pid);
   event(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":{}}}}})", pid, jsonString(name)));
   event(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"tid":0,"args":{{"sort_index":{}}}}})", pid,
                     sortIndex));
@@ -111,7 +114,9 @@ void TraceWriter::counter(std::string_view name, std::uint64_t ns, double value)
                     micros(ns, originNs_), launcherPid_, jsonString(name), value));
 }
 
-void TraceWriter::setSummary(const UtilisationReport& report, std::uint64_t ringCapacity) {
+namespace {
+
+nlohmann::json ranksJson(const UtilisationReport& report) {
   using nlohmann::json;
   json ranks = json::array();
   for (const RankUtilisation& u : report.ranks) {
@@ -123,13 +128,91 @@ void TraceWriter::setSummary(const UtilisationReport& report, std::uint64_t ring
                      {"cpu_seconds", u.cpuSeconds < 0 ? json(nullptr) : json(u.cpuSeconds)},
                      {"runqueue_seconds", u.runqueueSeconds < 0 ? json(nullptr) : json(u.runqueueSeconds)}});
   }
-  summary_ = json{{"cores", report.cores},
-                  {"world_size", report.worldSize},
-                  {"ring_capacity", ringCapacity},
-                  {"spans", spans_},
-                  {"dropped_spans", dropped_},
-                  {"ranks", ranks}}
-                 .dump();
+  return ranks;
+}
+
+// Parses "[events]" and applies fn to each event.
+template <typename Fn>
+std::string rewriteEvents(const std::string& events, Fn&& fn) {
+  nlohmann::json all = nlohmann::json::parse("[" + events + "]", nullptr, false);
+  XS_CHECK(!all.is_discarded(), UsageError, "a machine's trace events are not valid JSON");
+  std::string out;
+  for (nlohmann::json& e : all) {
+    fn(e);
+    if (!out.empty()) out += ",\n";
+    out += e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  return out;
+}
+
+void moveEvent(nlohmann::json& e, std::int64_t shiftNs) {
+  if (e.contains("ts") && e["ts"].is_number()) {
+    const double us = e["ts"].get<double>() + static_cast<double>(shiftNs) * 1e-3;
+    e["ts"] = std::round(us * 1e3) / 1e3;
+  }
+}
+
+}  // namespace
+
+void TraceWriter::setSummary(const UtilisationReport& report, std::uint64_t ringCapacity, int worldSize) {
+  using nlohmann::json;
+  json ranks = ranksJson(report);
+  if (!remoteRanks_.empty()) {
+    for (json& r : json::parse("[" + remoteRanks_ + "]")) ranks.push_back(std::move(r));
+  }
+  json doc{{"cores", report.cores + remoteCores_},
+           {"world_size", worldSize},
+           {"ring_capacity", ringCapacity},
+           {"spans", spans_},
+           {"dropped_spans", dropped_},
+           {"ranks", ranks}};
+  if (!machines_.empty()) doc["machines"] = json::parse(machines_);
+  summary_ = doc.dump();
+}
+
+std::string TraceWriter::machinePart(const UtilisationReport& report) const {
+  const nlohmann::json head{{"cores", report.cores}, {"spans", spans_}, {"dropped_spans", dropped_},
+                            {"ranks", ranksJson(report)}};
+  return fmt::format("{{\"summary\":{},\"events\":[\n{}\n]}}", head.dump(), events_);
+}
+
+void TraceWriter::addMachinePart(const std::string& part, std::int64_t shiftNs) {
+  using nlohmann::json;
+  json doc = json::parse(part, nullptr, false);
+  XS_CHECK(!doc.is_discarded() && doc.is_object() && doc.contains("events") && doc["events"].is_array(), UsageError,
+           "a machine's part of the trace is not valid JSON");
+  // A pid of the other machine that is taken here gets a number no process here can have
+  // (above Linux's largest pid).
+  std::map<int, int> renumber;
+  for (const json& e : doc["events"]) {
+    const int pid = e.value("pid", 0);
+    if (!pids_.count(pid) || renumber.count(pid)) continue;
+    int fresh = pid + (1 << 23);
+    while (pids_.count(fresh)) fresh += 1 << 23;
+    renumber[pid] = fresh;
+  }
+  for (json& e : doc["events"]) {
+    moveEvent(e, shiftNs);
+    if (auto it = renumber.find(e.value("pid", 0)); it != renumber.end()) e["pid"] = it->second;
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") pids_.insert(e.value("pid", 0));
+    event(e.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  const json summary = doc.value("summary", json::object());
+  for (json r : summary.value("ranks", json::array())) {
+    if (auto it = renumber.find(r.value("pid", 0)); it != renumber.end()) r["pid"] = it->second;
+    if (!remoteRanks_.empty()) remoteRanks_ += ",";
+    remoteRanks_ += r.dump();
+  }
+  remoteCores_ += summary.value("cores", 0);
+  spans_ += summary.value("spans", std::uint64_t{0});
+  dropped_ += summary.value("dropped_spans", std::uint64_t{0});
+}
+
+void TraceWriter::shift(std::int64_t shiftNs) {
+  const std::int64_t by = shiftNs - shiftedNs_;
+  if (by == 0 || events_.empty()) return;
+  events_ = rewriteEvents(events_, [&](nlohmann::json& e) { moveEvent(e, by); });
+  shiftedNs_ = shiftNs;
 }
 
 void TraceWriter::write(const std::string& path) const {

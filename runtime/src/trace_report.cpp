@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -83,7 +84,7 @@ json readTrace(const std::string& path) {
 UtilisationReport utilisationFromTrace(const std::string& path) {
   const json doc = readTrace(path);
   const json summary = doc.value("xspawn", json::object());
-  // The ranks of the last attempt, as the summary lists them; else every "rank N" process.
+  // The ranks of the last attempt, as the summary lists them, and every other "rank N" process.
   std::map<int, RankSpans> byPid;
   for (const json& r : summary.value("ranks", json::array())) {
     RankSpans& s = byPid[r.value("pid", 0)];
@@ -95,14 +96,17 @@ UtilisationReport utilisationFromTrace(const std::string& path) {
     if (r.contains("cpu_seconds") && r["cpu_seconds"].is_number()) s.figures.cpuSeconds = r["cpu_seconds"];
     if (r.contains("runqueue_seconds") && r["runqueue_seconds"].is_number()) s.figures.runqueueSeconds = r["runqueue_seconds"];
   }
-  const bool listed = !byPid.empty();
+  std::set<int> listed;
+  for (const auto& [pid, r] : byPid) listed.insert(r.figures.rank);
   int launcherPid = -1;
   for (const json& e : doc["traceEvents"]) {
     if (e.value("ph", "") != "M" || e.value("name", "") != "process_name") continue;
     const std::string name = e.value("args", json::object()).value("name", "");
     if (name.rfind("launcher", 0) == 0) launcherPid = e.value("pid", -1);
     int rank = -1;
-    if (!listed && std::sscanf(name.c_str(), "rank %d", &rank) == 1) {
+    // A rank the summary does not list (a program without the trainer's counters) still
+    // counts by its track (one of an earlier attempt's does not: the summary lists its rank).
+    if (!byPid.count(e.value("pid", 0)) && std::sscanf(name.c_str(), "rank %d", &rank) == 1 && !listed.count(rank)) {
       byPid[e.value("pid", 0)].figures.rank = rank;
       byPid[e.value("pid", 0)].figures.pid = e.value("pid", 0);
     }

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -250,6 +252,71 @@ nlohmann::json summaryOf(const std::string& path) {
     if (j.is_object() && j.value("event", "") == "summary") summary = j;
   }
   return summary;
+}
+
+TEST_F(MachinesTest, OneTraceHoldsEveryMachineOnMachineZerosClock) {
+  // Machine 1's launcher reads its clock 7 s behind machine 0's: its spans must still line up
+  // with machine 0's in the one trace machine 0 writes.
+  TempDir dir("machines-trace");
+  const std::string trace = dir.path + "/trace.json";
+  jobId_ = uniqueJobId("mach");
+  const std::vector<std::string> launcher{XSPAWN_BIN, "--job-id", jobId_, "--nprocs", "2", "--trace",
+                                          trace, "run", "--", MACHINES_WORKER_BIN, "identity"};
+  std::vector<std::string> argv = mpirunArgs(1);
+  argv = concat(concat(argv, launcher), {":", "-np", "1", "/usr/bin/env", "XSPAWN_CLOCK_SKEW_US=-7000000"});
+  argv = concat(argv, launcher);
+  RunOptions o;
+  o.timeoutSeconds = 120;
+  RunResult r = runProcess(argv, o);
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("of 2 machines, their clocks aligned to machine 0's within"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::ifstream(dir.path + "/trace.machine1.json").good()) << "machine 1 wrote a file of its own";
+  std::ifstream in(trace);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(doc.is_object() && doc.contains("traceEvents")) << "no valid trace at " << trace;
+  const nlohmann::json& machines = doc["xspawn"]["machines"];
+  ASSERT_EQ(machines.size(), 2u) << doc["xspawn"].dump();
+  const double offset = machines[1]["clock_offset_us"], error = machines[1]["clock_error_us"];
+  EXPECT_LT(error, 50000) << "the best ping took " << machines[1]["round_trip_us"] << " us";
+  EXPECT_NEAR(offset, -7e6, error + 1) << "the measured offset is not the skew";
+  EXPECT_EQ(doc["xspawn"]["world_size"], 4);
+  // Every rank leaves the job's last barrier once all have arrived: on one axis their ends
+  // agree to within the scheduler's wake-ups, not 7 s apart.
+  std::map<int, std::string> names;
+  std::map<int, double> lastEnd;
+  for (const nlohmann::json& e : doc["traceEvents"]) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") names[e["pid"]] = e["args"]["name"];
+    if (e.value("ph", "") == "X" && e.value("cat", "") == "rendezvous" && e.value("name", "") == "done") {
+      lastEnd[e["pid"]] = std::max(lastEnd[e["pid"]], e["ts"].get<double>() + e["dur"].get<double>());
+    }
+  }
+  ASSERT_EQ(lastEnd.size(), 4u) << "the 4 ranks' 'done' barrier spans";
+  double lo = 1e300, hi = -1e300;
+  for (const auto& [pid, end] : lastEnd) {
+    EXPECT_EQ(names[pid].rfind("rank ", 0), 0u) << names[pid];
+    lo = std::min(lo, end), hi = std::max(hi, end);
+  }
+  EXPECT_LT(hi - lo, 200e3) << "the ranks left the last barrier " << (hi - lo) / 1e3 << " ms apart on the trace's axis";
+  RunResult rep = runProcess({XSPAWN_BIN, "report", trace, "--json"}, o);
+  ASSERT_EQ(rep.exitCode, 0) << rep.err;
+  EXPECT_EQ(nlohmann::json::parse(rep.out)["ranks"].size(), 4u) << rep.out;
+  expectClean(2);
+}
+
+TEST_F(MachinesTest, AFailedJobLeavesEachMachinesTraceOnMachineZerosClock) {
+  // Machine 0's ranks finish at once; rank 3 (machine 1) fails later: no machine can count on
+  // the others, so each keeps its own file.
+  TempDir dir("machines-trace-failed");
+  RunResult r = runWorkers(2, 2, {"finish-early", "3"}, {"--trace", dir.path + "/trace.json"});
+  EXPECT_NE(r.exitCode, 0);
+  for (const char* name : {"/trace.json", "/trace.machine1.json"}) {
+    std::ifstream in(dir.path + name);
+    const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_TRUE(doc.is_object() && doc.contains("traceEvents")) << name << " missing or invalid:\n" << r.err;
+    EXPECT_EQ(doc["xspawn"]["world_size"], 2) << name;
+    EXPECT_EQ(doc["xspawn"]["machines"].size(), 2u) << name;
+  }
+  expectClean(2);
 }
 
 class MachinesTrainingTest : public MachinesTest {
