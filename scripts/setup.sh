@@ -5,7 +5,7 @@
 #   bash scripts/setup.sh            # dependencies + Release build in ./build
 #   bash scripts/setup.sh --no-build # dependencies only
 #   bash scripts/setup.sh --bench    # also the peers the benchmarks compare with
-#                                    # (PyTorch from python3-torch, hyperfine)
+#                                    # (hyperfine)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,9 +31,10 @@ packages=(
   procps python3
   elfutils   # eu-stack: the stacks of stalled ranks in failure reports
   gnuplot-nox  # xspawn plot draws its pictures (png, svg) with gnuplot
+  python3-torch python3-numpy  # the tests of PyTorch programs under xspawn run (tests/python)
 )
 if [[ $bench == 1 ]]; then
-  packages+=(python3-torch python3-numpy hyperfine)
+  packages+=(hyperfine)
 fi
 
 missing=()

@@ -31,7 +31,7 @@ constexpr std::size_t kMaxLine = 64 * 1024;
 
 OutputForwarder::OutputForwarder(int worldSize, bool tagOutput, const std::string& logDir,
                                  std::size_t tailLines, int firstRank)
-    : tagOutput_(tagOutput), firstRank_(firstRank), tailLines_(tailLines), logs_(worldSize, nullptr), tails_(worldSize) {
+    : tagOutput_(tagOutput), firstRank_(firstRank), tailLines_(tailLines), logs_(worldSize, nullptr), tails_(worldSize), tracebacks_(worldSize) {
   if (logDir.empty()) return;
   for (int r = 0; r < worldSize; ++r) {
     std::string path = fmt::format("{}/rank-{}.log", logDir, firstRank + r);
@@ -50,6 +50,7 @@ OutputForwarder::~OutputForwarder() {
 
 void OutputForwarder::newAttempt(int attempt) {
   for (auto& t : tails_) t.clear();
+  for (auto& t : tracebacks_) t.clear();
   for (std::FILE* f : logs_) {
     if (!f) continue;
     std::fprintf(f, "---- xspawn: restart %d: a new gang starts ----\n", attempt);
@@ -88,6 +89,7 @@ void OutputForwarder::emit(Stream& s, const std::string& line, bool newline) {
   }
   std::string t = line;
   while (!t.empty() && (t.back() == '\r' || t.back() == '\n')) t.pop_back();
+  if (s.isErr) tracebacks_[s.rank].line(t);
   if (t.empty()) return;
   auto& tail = tails_[s.rank];
   tail.push_back(std::move(t));

@@ -1,6 +1,7 @@
 // output.hpp: the supervisor's output plumbing: every worker's stdout and stderr arrive on
 // pipes, are cut into lines, and go to the console (optionally tagged "[rank i] "), to the
-// rank's log file, and into a short tail kept for the failure report.
+// rank's log file, and into a short tail kept for the failure report (and a Python
+// traceback, when a rank prints one on stderr).
 #pragma once
 
 #include <poll.h>
@@ -9,6 +10,8 @@
 #include <deque>
 #include <string>
 #include <vector>
+
+#include "traceback.hpp"
 
 namespace xs::detail {
 
@@ -31,6 +34,8 @@ class OutputForwarder {
   // a pipe open forever), then flushes partial lines.
   void drain(int budgetMs);
   std::vector<std::string> tail(int rank) const;
+  // The Python traceback rank r printed on stderr last, if any (traceback.hpp).
+  const TracebackCatcher& traceback(int rank) const { return tracebacks_[rank]; }
   // A restarted gang: the tails start afresh and every rank's log file gets a marker line.
   void newAttempt(int attempt);
   bool anyOpen() const;
@@ -51,6 +56,7 @@ class OutputForwarder {
   std::vector<Stream> streams_;
   std::vector<std::FILE*> logs_;
   std::vector<std::deque<std::string>> tails_;
+  std::vector<TracebackCatcher> tracebacks_;
 };
 
 }  // namespace xs::detail

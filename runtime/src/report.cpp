@@ -77,9 +77,19 @@ std::string rootCauseText(const RankOutcome& root, const std::vector<RankOutcome
     out += fmt::format("  error: {}\n", root.error.empty() ? "(none recorded)" : root.error);
     out += fmt::format("  last rendezvous: {}\n", root.lastOp.empty() ? "none" : root.lastOp);
   }
-  if (!root.outputTail.empty()) {
+  if (!root.traceback.empty()) {
+    out += fmt::format("  traceback of rank {}:\n", root.rank);
+    for (const std::string& line : root.traceback) out += "    | " + line + "\n";
+  }
+  // The output before the traceback (the traceback is said above).
+  std::vector<std::string> before;
+  for (const std::string& line : root.outputTail) {
+    if (!root.traceback.empty() && line == root.traceback.front()) break;
+    before.push_back(line);
+  }
+  if (!before.empty()) {
     out += fmt::format("  last output of rank {}:\n", root.rank);
-    for (const std::string& line : root.outputTail) out += "    | " + line + "\n";
+    for (const std::string& line : before) out += "    | " + line + "\n";
   }
   return out;
 }
@@ -177,6 +187,7 @@ std::string JobReport::json() const {
     j["bound_cpu"] = r.boundCpu;
     j["last_rendezvous"] = r.lastOp;
     j["output_tail"] = r.outputTail;
+    j["traceback"] = r.traceback;
     j["stalled"] = r.stalled;
     j["stall"] = r.stall.empty() ? json(nullptr) : json(r.stall);
     return j;

@@ -23,6 +23,7 @@
 #include "context.hpp"
 #include "control.hpp"
 #include "fault.hpp"
+#include "torch_env.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::detail {
@@ -114,6 +115,9 @@ void Supervisor::prepareJob() {
   if (options_.startMethod == StartMethod::kExec) {
     execArgv_ = options_.program.empty() ? selfArgv() : options_.program;
     if (execArgv_.empty()) XS_THROW(UsageError, "no program to run");
+    // Rank 0's store for a PyTorch program (torch_env.hpp); under mpirun MASTER_ADDR and
+    // MASTER_PORT come from the user (mpirun -x), as no machine knows machine 0's yet.
+    if (place_.machines == 1) masterPort_.reserve(kMasterAddr);
   } else if (!fn_) {
     XS_THROW(UsageError, "the fork start method needs a worker function; run a program with exec");
   }
@@ -253,6 +257,11 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
   }
   // One thread per emulated core, as torchrun does, unless the user said otherwise.
   ::setenv("OMP_NUM_THREADS", "1", 0);
+  if (options_.startMethod == StartMethod::kExec) {
+    const int port = masterPort_.port();
+    setTorchEnv(TorchPlace{global, rank, globalWorld(), world_, place_.machine, place_.machines, attempt_,
+                           options_.maxRestarts, jobId_, port ? kMasterAddr : "", port});
+  }
   for (const std::string& kv : options_.extraEnv) ::putenv(const_cast<char*>(kv.c_str()));
 
   if (options_.startMethod == StartMethod::kExec) {

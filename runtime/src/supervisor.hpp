@@ -24,6 +24,7 @@
 #include "segment.hpp"
 #include "stall.hpp"
 #include "trace_file.hpp"
+#include "torch_env.hpp"
 #include "xspawn/spawn.hpp"
 
 namespace spdlog { class logger; }
@@ -95,6 +96,8 @@ class Supervisor {
   int machineCauseCode_ = 1;
   std::vector<int> cpus_;  // the CPUs this process may run on, for --bind-to core
   std::vector<std::string> execArgv_;
+  static constexpr const char* kMasterAddr = "127.0.0.1";
+  MasterPort masterPort_;  // MASTER_PORT of `run` on one machine, held for the job
   pid_t pgid_ = 0;
   pid_t selfPid_ = 0;
   int signalFd_ = -1;

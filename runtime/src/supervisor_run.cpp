@@ -81,6 +81,10 @@ RankOutcome Supervisor::rankOutcome(int r) const {
   OpSnapshot op = ControlPlane::snapshot(slot);
   if (op.seq != 0) o.lastOp = (op.state == OpState::kWaiting ? "at " : "past ") + op.describe();
   o.outputTail = output_->tail(r);
+  if (w.reaped && (w.signal != 0 || w.exitCode != 0)) {
+    o.traceback = output_->traceback(r).traceback();
+    if (o.error.empty()) o.error = output_->traceback(r).exception();
+  }
   return o;
 }
 

@@ -28,6 +28,9 @@ struct RankOutcome {
   int boundCpu = -1;
   std::string lastOp;       // "past 'init'#3", "at 'epoch_end'#12", ...
   std::vector<std::string> outputTail;  // its last lines of output (stdout and stderr)
+  // A failed rank's Python traceback, as it printed it on stderr (the exception's line last);
+  // `error` is that line when the rank recorded no error of its own.
+  std::vector<std::string> traceback;
   // The others timed out waiting for this rank: it was behind them and was killed by xspawn.
   bool stalled = false;
   std::string stall;        // what the system said of it then: state, CPU, stack (lines)
