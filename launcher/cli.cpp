@@ -46,19 +46,22 @@ po::options_description launcherOptions() {
   XS_THROW(UsageError, what + "; try 'xspawn --help'");
 }
 
-int parseNprocs(const std::string& v) {
+// `--option v`, a whole number from lo to hi.
+long long parseWholeNumber(const std::string& option, const std::string& v, long long lo, long long hi) {
   std::size_t used = 0;
-  long n = 0;
+  long long n = 0;
   try {
-    n = std::stol(v, &used);
+    n = std::stoll(v, &used);
   } catch (...) {
     used = 0;
   }
-  if (used != v.size() || v.empty() || n < 1 || n > kMaxProcs) {
-    bad(fmt::format("--nprocs must be a whole number from 1 to {} (got '{}')", kMaxProcs, v));
+  if (used != v.size() || v.empty() || n < lo || n > hi) {
+    bad(fmt::format("{} must be a whole number from {} to {} (got '{}')", option, lo, hi, v));
   }
-  return static_cast<int>(n);
+  return n;
 }
+
+int parseNprocs(const std::string& v) { return static_cast<int>(parseWholeNumber("--nprocs", v, 1, kMaxProcs)); }
 
 std::chrono::milliseconds parseSeconds(const std::string& name, const std::string& v) {
   std::size_t used = 0;
@@ -198,33 +201,14 @@ Invocation parseLauncher(int argc, char** argv) {
   if (o.stageBytes < 4096) bad("--stage-size must be at least 4K");
   o.machineBufferBytes = parseBytes(vm["machine-buffer"].as<std::string>(), "--machine-buffer");
   if (o.machineBufferBytes < 4096) bad("--machine-buffer must be at least 4K");
-  const std::string restarts = vm["max-restarts"].as<std::string>();
-  std::size_t used = 0;
-  try {
-    o.maxRestarts = std::stoi(restarts, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != restarts.size() || o.maxRestarts < 0 || o.maxRestarts > 1000) {
-    bad(fmt::format("--max-restarts must be a whole number from 0 to 1000 (got '{}')", restarts));
-  }
+  o.maxRestarts = static_cast<int>(parseWholeNumber("--max-restarts", vm["max-restarts"].as<std::string>(), 0, 1000));
   if (vm.count("inject-fault")) o.injectFault = vm["inject-fault"].as<std::string>();
   if (vm.count("trace")) {
     o.traceFile = vm["trace"].as<std::string>();
     if (o.traceFile.empty()) bad("--trace needs a file name, e.g. --trace trace.json");
   }
-  const std::string events = vm["trace-events"].as<std::string>();
-  used = 0;
-  long long n = 0;
-  try {
-    n = std::stoll(events, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != events.size() || n < 1024 || n > (1LL << 26)) {
-    bad(fmt::format("--trace-events must be a whole number from 1024 to 67108864 (got '{}')", events));
-  }
-  o.traceEvents = static_cast<std::size_t>(n);
+  o.traceEvents =
+      static_cast<std::size_t>(parseWholeNumber("--trace-events", vm["trace-events"].as<std::string>(), 1024, 1LL << 26));
   o.tagOutput = vm.count("tag-output") > 0;
   o.quiet = vm.count("quiet") > 0;
   return inv;

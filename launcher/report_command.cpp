@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 namespace xs::cli {
 namespace {
 
-// report.json's job line and utilisation, or "" when it has none.
+// Prints report.json's job line and utilisation; false when it has no utilisation.
 bool printLogReport(const fs::path& file, bool asJson) {
   std::ifstream in(file);
   XS_CHECK(in.good(), UsageError, fmt::format("report: cannot read {}", file.string()));

@@ -4,7 +4,6 @@
 // carry the owner's uid).
 #include "commands.hpp"
 
-#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -61,8 +60,8 @@ std::string whatItDoes(const RankSlot& slot) {
   const detail::OpSnapshot op = detail::ControlPlane::snapshot(slot);
   if (op.seq != 0 && op.state == detail::OpState::kWaiting) return "in " + op.describe();
   const RankTelemetry& t = slot.telemetry;
-  if (t.inSpan.load(std::memory_order_relaxed) != 0) {
-    const auto category = static_cast<detail::Category>(t.category.load(std::memory_order_relaxed));
+  if (const std::uint32_t span = t.spanCategory.load(std::memory_order_relaxed); span != 0) {
+    const auto category = static_cast<detail::Category>(span - 1);
     return category == detail::Category::kFault ? "injected delay" : detail::categoryName(category);
   }
   return op.seq == 0 ? "starting" : "own code, past " + op.describe();
@@ -106,15 +105,7 @@ RankView viewRank(const RankSlot& slot, int rank, std::uint64_t nowNs) {
 // This user's live jobs (a job whose launcher is gone is for `xspawn clean`, not shown).
 std::vector<JobView> snapshot(const std::string& only) {
   std::vector<JobView> jobs;
-  const std::string prefix = Segment::nameFor("");
-  DIR* dir = ::opendir("/dev/shm");
-  if (!dir) return jobs;
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(dir))
-    if (std::string(e->d_name).rfind(prefix, 0) == 0) names.emplace_back(e->d_name);
-  ::closedir(dir);
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
+  for (const std::string& name : detail::userSegmentNames()) {
     std::unique_ptr<Segment> seg;
     try {
       seg = Segment::open(name);
@@ -131,10 +122,7 @@ std::vector<JobView> snapshot(const std::string& only) {
     j.world = seg->worldSize();
     const std::uint64_t now = detail::telemetry::nowNs();
     j.sampledAt = secondsOf(now);
-    const auto unixNow = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-    j.elapsed = secondsOf(static_cast<std::uint64_t>(unixNow) - h.createdUnixNs);
+    j.elapsed = secondsOf(detail::nowUnixNs() - h.createdUnixNs);
     const RankTelemetry& t0 = seg->slot(0).telemetry;
     j.stepTarget = t0.stepTarget.load(std::memory_order_relaxed);
     const std::uint64_t windowStart = t0.windowStartNs.load(std::memory_order_relaxed);

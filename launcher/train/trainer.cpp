@@ -162,8 +162,7 @@ int Trainer::run() {
   if (const std::string from = restartCheckpoint(); !from.empty()) resume(from);
   else if (!o_.resume.empty()) resume(o_.resume);
   xs::rendezvous("train_start");
-  const auto start = Clock::now();
-  trainStart_ = start;
+  trainStart_ = Clock::now();
   const std::int64_t perEpoch = loader_->batchesPerEpoch();
   const std::int64_t firstStep = step_;
   std::int64_t total = perEpoch * o_.epochs;
@@ -235,7 +234,7 @@ int Trainer::run() {
   if (!evaluated_) evaluateAndReport(lastEpoch);
   stats_.seconds = trainSeconds;
   stats_.steps = step_ - firstStep;
-  return finish(since(start));
+  return finish(since(trainStart_));
 }
 
 int Trainer::finish(double wallSeconds) {

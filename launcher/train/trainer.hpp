@@ -52,7 +52,7 @@ class Trainer {
   std::unique_ptr<data::Transform> testTransform_;
   Progress progress_;
   std::ofstream metrics_;
-  std::chrono::steady_clock::time_point trainStart_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point trainStart_{};  // set by run() at "train_start"
 
   std::int64_t step_ = 0;        // optimizer steps done (global, identical on every rank)
   std::int64_t firstEpoch_ = 0;

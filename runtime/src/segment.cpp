@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -32,12 +33,6 @@ std::string humanBytes(std::uint64_t bytes) {
     ++u;
   }
   return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
-}
-
-std::uint64_t nowUnixNs() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::system_clock::now().time_since_epoch())
-                                        .count());
 }
 
 std::string namePrefix() { return fmt::format("xspawn-{}-", getuid()); }
@@ -231,19 +226,31 @@ Segment::~Segment() {
   if (owner_) unlink();
 }
 
-std::vector<StaleSegment> sweepStaleSegments(bool dryRun) {
-  std::vector<StaleSegment> removed;
+std::uint64_t nowUnixNs() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+}
+
+std::vector<std::string> userSegmentNames() {
+  std::vector<std::string> names;
   const std::string prefix = namePrefix();
   DIR* dir = ::opendir(kShmDir);
-  if (!dir) return removed;
-  std::vector<std::string> names;
+  if (!dir) return names;
   while (dirent* e = ::readdir(dir)) {
     std::string n = e->d_name;
     if (n.rfind(prefix, 0) == 0) names.push_back(n);
   }
   ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<StaleSegment> sweepStaleSegments(bool dryRun) {
+  std::vector<StaleSegment> removed;
+  const std::string prefix = namePrefix();
   const std::uint64_t now = nowUnixNs();
-  for (const std::string& n : names) {
+  for (const std::string& n : userSegmentNames()) {
     StaleSegment s;
     s.name = n;
     s.jobId = n.substr(prefix.size());

@@ -71,9 +71,8 @@ class Segment {
   TraceRingHeader* traceRing(int rank) const {
     const SegmentHeader& h = header();
     if (h.traceEvents == 0) return nullptr;
-    const std::uint64_t stride =
-        alignUp(sizeof(TraceRingHeader) + kTraceNameBytes + std::uint64_t{h.traceEvents} * sizeof(TraceRecord), 4096);
-    return reinterpret_cast<TraceRingHeader*>(arena() + h.traceOffset + static_cast<std::uint64_t>(rank) * stride);
+    return reinterpret_cast<TraceRingHeader*>(arena() + h.traceOffset +
+                                              static_cast<std::uint64_t>(rank) * traceRingBytes(h.traceEvents));
   }
   static char* traceNames(TraceRingHeader* ring) { return reinterpret_cast<char*>(ring + 1); }
   static TraceRecord* traceRecords(TraceRingHeader* ring) {
@@ -103,6 +102,10 @@ void reserveHeap(const std::string& name, std::uint64_t offset, std::uint64_t by
 
 // The kernel's start time of a process (clock ticks since boot), 0 when it does not exist.
 std::uint64_t processStartTicks(int pid);
+// The wall clock (CLOCK_REALTIME) in nanoseconds since 1970, as SegmentHeader::createdUnixNs.
+std::uint64_t nowUnixNs();
+// This user's job segments in /dev/shm, by name, sorted.
+std::vector<std::string> userSegmentNames();
 
 struct StaleSegment {
   std::string name;

@@ -22,7 +22,7 @@ namespace xs::detail {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x314e574150535858ULL;  // "XXSPAWN1"
-inline constexpr std::uint32_t kLayoutVersion = 4;
+inline constexpr std::uint32_t kLayoutVersion = 5;
 inline constexpr std::size_t kTagBytes = 64;      // a tag holds at most 63 characters
 inline constexpr std::size_t kErrorBytes = 2048;  // a worker's recorded error message
 inline constexpr std::size_t kAbortTextBytes = 4096;
@@ -189,8 +189,8 @@ enum class Category : std::uint8_t {
   kCheckpoint = 11,     // trace only: a checkpoint save or load
   kUser = 12,           // trace only: a span of the program's own (xs::Trace)
 };
-inline constexpr std::size_t kCountedCategories = 8;
-inline constexpr std::size_t kCategories = 13;
+inline constexpr std::size_t kCountedCategories = static_cast<std::size_t>(Category::kFault) + 1;
+inline constexpr std::size_t kCategories = static_cast<std::size_t>(Category::kUser) + 1;
 const char* categoryName(Category category);
 
 // Step times are counted in a histogram of kStepBucketsPerOctave buckets per doubling from
@@ -207,16 +207,13 @@ struct alignas(kCacheLine) RankTelemetry {
   std::atomic<std::uint64_t> lastStepNs;     // CLOCK_MONOTONIC end of the last step (or evaluation)
   std::atomic<std::uint64_t> windowStartNs;  // start of the first counted span
   std::atomic<std::uint64_t> windowEndNs;    // end of the last counted span
-  std::atomic<std::uint32_t> category;       // Category of the span the main thread is in now
-  std::atomic<std::uint32_t> inSpan;         // 1 while it is in one
-  std::atomic<std::uint64_t> categorySinceNs;
+  std::atomic<std::uint32_t> spanCategory;   // Category + 1 of the span the main thread is in now; 0: none
   // Line 1: device memory and single steps.
   alignas(kCacheLine) std::atomic<std::uint64_t> deviceInUse;
   std::atomic<std::uint64_t> devicePeak;
   std::atomic<std::uint64_t> deviceCapacity;
   std::atomic<std::uint64_t> stepMinNs;
   std::atomic<std::uint64_t> stepMaxNs;
-  std::atomic<std::uint64_t> stepSumNs;
   std::atomic<std::uint64_t> stepsTimed;     // steps in the histogram (the first is not timed)
   // Line 2: nanoseconds in each counted category.
   alignas(kCacheLine) std::atomic<std::uint64_t> categoryNs[kCountedCategories];
@@ -375,6 +372,10 @@ struct alignas(kCacheLine) TraceRecord {
 static_assert(sizeof(TraceRecord) == kCacheLine);
 
 inline constexpr std::uint64_t alignUp(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+// One rank's trace ring (header, name table, `events` records); 0 when the job is not traced.
+inline constexpr std::uint64_t traceRingBytes(std::uint64_t events) {
+  return events ? alignUp(sizeof(TraceRingHeader) + kTraceNameBytes + events * sizeof(TraceRecord), 4096) : 0;
+}
 
 // Sizes of the collectives' arena: staging buffers (two parities per rank), one ring FIFO per
 // rank, and the shared heap (each rank's region of zero-copy tensors).
@@ -413,11 +414,7 @@ struct SegmentGeometry {
     return coll.machineBufferBytes ? alignUp(sizeof(MachineChannel) + coll.machineBufferBytes, 4096) : 0;
   }
   std::uint64_t traceOffset() const { return machineOffset() + machineBytes(); }
-  std::uint64_t traceStride() const {
-    return coll.traceEvents
-               ? alignUp(sizeof(TraceRingHeader) + kTraceNameBytes + coll.traceEvents * sizeof(TraceRecord), 4096)
-               : 0;
-  }
+  std::uint64_t traceStride() const { return traceRingBytes(coll.traceEvents); }
   std::uint64_t arenaBytes() const { return traceOffset() + worldSize * traceStride(); }
   std::uint64_t totalBytes() const { return arenaOffset() + arenaBytes(); }
 };

@@ -517,9 +517,7 @@ void Supervisor::loop() {
 
 void Supervisor::joinMachines() {
   if (!transport_) return;
-  const auto originNs = std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count();
-  proxy_ = std::make_unique<MachineProxy>(*segment_, std::move(transport_), static_cast<std::uint64_t>(originNs),
-                                          clockSkewNs_);
+  proxy_ = std::make_unique<MachineProxy>(*segment_, std::move(transport_), startNs(), clockSkewNs_);
   proxy_->start();
   log_->debug("machine {} of {}: MPI proxy started", place_.machine, place_.machines);
 }

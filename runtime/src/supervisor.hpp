@@ -75,6 +75,10 @@ class Supervisor {
   JobReport buildReport() const;
   RankOutcome rankOutcome(int r) const;
   double elapsed() const;
+  // The job's start on CLOCK_MONOTONIC, in nanoseconds (the trace's and the telemetry's clock).
+  std::uint64_t startNs() const {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count());
+  }
   // Local rank r's rank in the whole job, and the job's size (machines x N under mpirun).
   int globalRank(int r) const { return place_.machine * world_ + r; }
   int globalWorld() const { return place_.machines * world_; }
@@ -127,7 +131,7 @@ class Supervisor {
   void observeAttempt(JobReport& report);
   void observeEnd(const JobReport& report);
   UtilisationReport attemptUtilisation();
-  void traceAttempt();              // the attempt's ranks and images/s into the trace, once
+  void traceAttempt(const UtilisationReport& u);  // the attempt's ranks and images/s into the trace, once
   void traceBeforeLeaving();        // a job spanning machines that ended cleanly here
   // The file, on one time axis across machines; provisional: this machine's own, in case the
   // others never send theirs (said at debug level only).

@@ -38,10 +38,6 @@ bool readSchedstat(pid_t pid, double& cpu, double& runqueue) {
   return ok;
 }
 
-std::uint64_t steadyNs(std::chrono::steady_clock::time_point t) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
-}
-
 // trace.json -> trace.machine1.json for machine 1 of a job spanning machines.
 std::string machineTracePath(const std::string& path, int machine, int machines) {
   if (machines <= 1 || machine == 0) return path;
@@ -64,7 +60,7 @@ void Supervisor::observeStart() {
                        std::strerror(errno)));
   std::fclose(f);
   std::remove(probe.c_str());
-  trace_ = std::make_unique<TraceWriter>(steadyNs(start_), static_cast<int>(::getpid()), place_.machine);
+  trace_ = std::make_unique<TraceWriter>(startNs(), static_cast<int>(::getpid()), place_.machine);
 }
 
 void Supervisor::observeSample() {
@@ -107,14 +103,14 @@ UtilisationReport Supervisor::attemptUtilisation() {
                           "the ranks' counters");
 }
 
-void Supervisor::traceAttempt() {
+void Supervisor::traceAttempt(const UtilisationReport& u) {
   if (!trace_ || traceAdded_) return;
   traceAdded_ = true;
   std::vector<int> pids;
   for (const Worker& w : workers_) pids.push_back(w.pid);
   trace_->addRanks(*segment_, pids, globalRank(0), attempt_);
-  const std::uint64_t origin = steadyNs(start_);
-  for (const auto& [t, rate] : throughputSeries(samplesSeen_))
+  const std::uint64_t origin = startNs();
+  for (const auto& [t, rate] : u.throughput)
     trace_->counter("images/s", origin + static_cast<std::uint64_t>(t * 1e9), rate);
 }
 
@@ -124,7 +120,7 @@ void Supervisor::traceBeforeLeaving() {
   // others (mpirun then ends this one too): replaced by the whole job's, or removed once sent.
   JobReport now;
   now.utilisation = attemptUtilisation();
-  traceAttempt();
+  traceAttempt(now.utilisation);
   if (place_.machine > 0) proxy_->setTracePart(trace_->machinePart(now.utilisation));
   try {
     writeTrace(now, true);
@@ -135,8 +131,8 @@ void Supervisor::traceBeforeLeaving() {
 
 void Supervisor::observeAttempt(JobReport& report) {
   UtilisationReport u = attemptUtilisation();
+  traceAttempt(u);
   if (u.present) report.utilisation = std::move(u);
-  traceAttempt();
   finalSampled_ = traceAdded_ = false;  // the next attempt's
   if (trace_ && !report.succeeded()) {
     trace_->launcherInstant(fmt::format("failure: {}", report.headline()), telemetry::nowNs(),

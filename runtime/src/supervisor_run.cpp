@@ -171,8 +171,7 @@ JobReport Supervisor::buildReport() const {
     lastFirstOp = ns == 0 || lastFirstOp == ~0ULL ? ~0ULL : std::max(lastFirstOp, ns);
   }
   if (lastFirstOp != ~0ULL && lastFirstOp != 0) {
-    const double startNs = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count());
-    attempt.readySeconds = (static_cast<double>(lastFirstOp) - startNs) * 1e-9;
+    attempt.readySeconds = (static_cast<double>(lastFirstOp) - static_cast<double>(startNs())) * 1e-9;
   }
   if (rep.rootCause >= 0) attempt.failureSeconds = rep.ranks[rep.rootCause].endSeconds;
   rep.attempts.push_back(attempt);

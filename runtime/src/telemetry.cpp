@@ -1,7 +1,6 @@
 // telemetry.cpp: the rank's running account in its slot and its trace ring (see telemetry.hpp).
 #include "telemetry.hpp"
 
-#include <pthread.h>
 #include <time.h>
 
 #include <algorithm>
@@ -33,9 +32,8 @@ TraceRingHeader* gRing = nullptr;    // its trace ring, nullptr when not tracing
 TraceRecord* gRecords = nullptr;
 std::uint64_t gCapacity = 0;
 char* gNames = nullptr;
-pthread_t gMainThread{};
 std::atomic<int> gThreads{1};        // thread indices handed out (0: the main thread)
-thread_local int tThread = -1;       // this thread's index, -1 until its first record
+thread_local int tThread = -1;       // this thread's index (bind: 0), -1 until its first record
 
 // The name table: written under the mutex (any thread may record), read after the rank ends.
 // Looked up by string_view (transparent hash): a span's name is copied only the first time.
@@ -46,10 +44,10 @@ struct NameHash {
 std::mutex gNamesMutex;
 std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>>* gNameIds = nullptr;
 
-bool isMain() { return pthread_equal(pthread_self(), gMainThread) != 0; }
+bool isMain() { return tThread == 0; }
 
 int threadIndex() {
-  if (tThread < 0) tThread = isMain() ? 0 : std::min(gThreads.fetch_add(1), static_cast<int>(kTraceThreads) - 1);
+  if (tThread < 0) tThread = std::min(gThreads.fetch_add(1), static_cast<int>(kTraceThreads) - 1);
   return tThread;
 }
 
@@ -105,7 +103,6 @@ std::uint64_t nowNs() {
 
 void bind(Segment& segment, int localRank) {
   gTele = &segment.slot(localRank).telemetry;
-  gMainThread = pthread_self();
   tThread = 0;
   gRing = segment.traceRing(localRank);
   if (gRing) {
@@ -131,11 +128,8 @@ Span::Span(Category category, std::string_view name) : category_(category), name
   active_ = true;
   startNs_ = nowNs();
   if (!main) return;
-  outerCategory_ = gTele->category.load(std::memory_order_relaxed);
-  outerInSpan_ = gTele->inSpan.load(std::memory_order_relaxed) != 0;
-  gTele->category.store(static_cast<std::uint32_t>(category), std::memory_order_relaxed);
-  gTele->inSpan.store(1, std::memory_order_relaxed);
-  gTele->categorySinceNs.store(startNs_, std::memory_order_relaxed);
+  outerSpan_ = gTele->spanCategory.load(std::memory_order_relaxed);
+  gTele->spanCategory.store(static_cast<std::uint32_t>(category) + 1, std::memory_order_relaxed);
 }
 
 Span::~Span() {
@@ -143,11 +137,10 @@ Span::~Span() {
   const std::uint64_t endNs = nowNs();
   if (isMain()) {
     if (static_cast<std::size_t>(category_) < kCountedCategories) count(category_, startNs_, endNs - startNs_);
-    gTele->category.store(outerCategory_, std::memory_order_relaxed);
-    gTele->inSpan.store(outerInSpan_ ? 1 : 0, std::memory_order_relaxed);
+    gTele->spanCategory.store(outerSpan_, std::memory_order_relaxed);
     if (category_ == Category::kEval || category_ == Category::kCheckpoint) resetStepClock();
   }
-  if (gRing) write(category_, name_, startNs_, endNs, 0, 0, OpKind::kRendezvous, 0);
+  traceSpan(category_, name_, startNs_, endNs);
 }
 
 void traceSpan(Category category, std::string_view name, std::uint64_t startNs, std::uint64_t endNs) {
@@ -184,7 +177,6 @@ void stepDone() {
   const std::uint64_t timed = gTele->stepsTimed.load(std::memory_order_relaxed);
   if (timed == 0 || d < gTele->stepMinNs.load(std::memory_order_relaxed)) gTele->stepMinNs.store(d, std::memory_order_relaxed);
   if (d > gTele->stepMaxNs.load(std::memory_order_relaxed)) gTele->stepMaxNs.store(d, std::memory_order_relaxed);
-  gTele->stepSumNs.fetch_add(d, std::memory_order_relaxed);
   gTele->stepsTimed.store(timed + 1, std::memory_order_relaxed);
 }
 

@@ -44,8 +44,7 @@ class Span {
   Category category_;
   std::string_view name_;
   std::uint64_t startNs_ = 0;
-  std::uint32_t outerCategory_ = 0;
-  bool outerInSpan_ = false;
+  std::uint32_t outerSpan_ = 0;  // the enclosing span's RankTelemetry::spanCategory
   bool active_ = false;
 };
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -32,7 +33,8 @@ std::string nameAt(const char* names, std::uint32_t used, std::uint32_t id) {
 }
 
 // A record's span as one JSON event.
-std::string recordEvent(const TraceRecord& r, const std::string& name, int pid, std::uint64_t originNs) {
+// nameJson: the span's name as a JSON string literal.
+std::string recordEvent(const TraceRecord& r, const std::string& nameJson, int pid, std::uint64_t originNs) {
   const auto category = static_cast<Category>(r.category);
   std::string args;
   if (category == Category::kCollective || category == Category::kRendezvous) {
@@ -41,14 +43,19 @@ std::string recordEvent(const TraceRecord& r, const std::string& name, int pid, 
     if (r.algorithm != 0) args += fmt::format(R"(,"algorithm":"{}")", algorithmName(static_cast<Algorithm>(r.algorithm)));
     args += "}";
   }
-  return fmt::format(R"({{"ph":"X","name":{},"cat":"{}","ts":{},"dur":{:.3f},"pid":{},"tid":{}{}}})", jsonString(name),
+  return fmt::format(R"({{"ph":"X","name":{},"cat":"{}","ts":{},"dur":{:.3f},"pid":{},"tid":{}{}}})", nameJson,
                      categoryName(category), micros(r.startNs, originNs), static_cast<double>(r.durNs) * 1e-3, pid,
                      static_cast<int>(r.thread), args);
 }
 
 }  // namespace
 
-std::string jsonString(std::string_view text) { return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+namespace {
+// Invalid UTF-8 (a name cut by the table's end, a program's own bytes) is replaced, not thrown.
+std::string dumpJson(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+}  // namespace
+
+std::string jsonString(std::string_view text) { return dumpJson(nlohmann::json(std::string(text))); }
 
 TraceWriter::TraceWriter(std::uint64_t originNs, int launcherPid, int machine)
     : originNs_(originNs), launcherPid_(launcherPid) {
@@ -83,6 +90,7 @@ void TraceWriter::addRanks(const Segment& segment, const std::vector<int>& pids,
       event(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{}}}}})", pid, t,
                         jsonString(nameAt(names, used, id))));
     }
+    std::unordered_map<std::uint32_t, std::string> escaped;  // name id -> JSON string
     const TraceRecord* records = Segment::traceRecords(ring);
     const std::uint64_t capacity = segment.header().traceEvents;
     const std::uint64_t head = ring->head.load(std::memory_order_acquire);
@@ -91,7 +99,10 @@ void TraceWriter::addRanks(const Segment& segment, const std::vector<int>& pids,
     for (std::uint64_t i = first; i < head; ++i) {
       const TraceRecord& rec = records[i % capacity];
       if (rec.seq.load(std::memory_order_acquire) != i + 1) continue;  // never completed, or overwritten
-      event(recordEvent(rec, nameAt(names, used, rec.name), pid, originNs_));
+      // A few names recur in every step: each is escaped once per rank.
+      std::string& nameJson = escaped[rec.name];
+      if (nameJson.empty()) nameJson = jsonString(nameAt(names, used, rec.name));
+      event(recordEvent(rec, nameJson, pid, originNs_));
       ++spans_;
     }
   }
@@ -131,16 +142,14 @@ nlohmann::json ranksJson(const UtilisationReport& report) {
   return ranks;
 }
 
-// Parses "[events]" and applies fn to each event.
+// Applies fn to each event of the array and joins them as the file holds them.
 template <typename Fn>
-std::string rewriteEvents(const std::string& events, Fn&& fn) {
-  nlohmann::json all = nlohmann::json::parse("[" + events + "]", nullptr, false);
-  XS_CHECK(!all.is_discarded(), UsageError, "a machine's trace events are not valid JSON");
+std::string rewriteEvents(nlohmann::json& events, Fn&& fn) {
   std::string out;
-  for (nlohmann::json& e : all) {
+  for (nlohmann::json& e : events) {
     fn(e);
     if (!out.empty()) out += ",\n";
-    out += e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += dumpJson(e);
   }
   return out;
 }
@@ -191,12 +200,12 @@ void TraceWriter::addMachinePart(const std::string& part, std::int64_t shiftNs) 
     while (pids_.count(fresh)) fresh += 1 << 23;
     renumber[pid] = fresh;
   }
-  for (json& e : doc["events"]) {
+  const std::string moved = rewriteEvents(doc["events"], [&](json& e) {
     moveEvent(e, shiftNs);
     if (auto it = renumber.find(e.value("pid", 0)); it != renumber.end()) e["pid"] = it->second;
     if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") pids_.insert(e.value("pid", 0));
-    event(e.dump(-1, ' ', false, json::error_handler_t::replace));
-  }
+  });
+  if (!moved.empty()) event(moved);
   const json summary = doc.value("summary", json::object());
   for (json r : summary.value("ranks", json::array())) {
     if (auto it = renumber.find(r.value("pid", 0)); it != renumber.end()) r["pid"] = it->second;
@@ -211,7 +220,9 @@ void TraceWriter::addMachinePart(const std::string& part, std::int64_t shiftNs) 
 void TraceWriter::shift(std::int64_t shiftNs) {
   const std::int64_t by = shiftNs - shiftedNs_;
   if (by == 0 || events_.empty()) return;
-  events_ = rewriteEvents(events_, [&](nlohmann::json& e) { moveEvent(e, by); });
+  nlohmann::json all = nlohmann::json::parse("[" + events_ + "]", nullptr, false);
+  XS_CHECK(!all.is_discarded(), UsageError, "this machine's trace events are not valid JSON");
+  events_ = rewriteEvents(all, [&](nlohmann::json& e) { moveEvent(e, by); });
   shiftedNs_ = shiftNs;
 }
 

@@ -32,21 +32,17 @@ struct RankSpans {
 void addSpan(RankSpans& r, const json& e) {
   const std::string cat = e.value("cat", "");
   const std::uint64_t start = nsOf(e, "ts"), dur = nsOf(e, "dur");
-  static const std::map<std::string, Category> kCounted = {
-      {"forward", Category::kForward},        {"backward", Category::kBackward},
-      {"update", Category::kUpdate},          {"data", Category::kData},
-      {"collective_wait", Category::kCollectiveWait}, {"rendezvous", Category::kRendezvous},
-      {"fault", Category::kFault}};
   auto& ns = r.figures.categoryNs;
   bool counted = true;
   if (cat == "collective") {
     const std::uint64_t wait = std::min(dur, static_cast<std::uint64_t>(e.value("args", json::object()).value("wait_us", 0.0) * 1e3));
     ns[static_cast<std::size_t>(Category::kCollectiveWait)] += wait;
     ns[static_cast<std::size_t>(Category::kCollectiveMove)] += dur - wait;
-  } else if (auto it = kCounted.find(cat); it != kCounted.end()) {
-    ns[static_cast<std::size_t>(it->second)] += dur;
   } else {
     counted = false;
+    for (std::size_t c = 0; c < kCountedCategories && !counted; ++c) {
+      if (cat == categoryName(static_cast<Category>(c))) ns[c] += dur, counted = true;
+    }
   }
   if (counted) r.first = std::min(r.first, start), r.last = std::max(r.last, start + dur);
   if (cat == "step" || cat == "eval" || cat == "checkpoint") r.ends.emplace_back(start + dur, cat == "step");

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "plot.hpp"
+#include "process_runner.hpp"
 #include "xspawn/error.hpp"
 
 namespace fs = std::filesystem;
@@ -70,16 +71,9 @@ constexpr const char* kTrace = R"({"traceEvents":[
  {"ph":"C","name":"images/s","ts":2001000,"pid":1,"tid":0,"args":{"images/s":4500}}
 ],"displayTimeUnit":"ms"})";
 
-std::string readAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The width and height in a PNG's IHDR, or nothing when it is no PNG.
 std::optional<std::pair<std::uint32_t, std::uint32_t>> pngSize(const std::string& path) {
-  const std::string d = readAll(path);
+  const std::string d = xs::test::readFile(path);
   if (d.size() < 24 || d.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 || d.compare(12, 4, "IHDR") != 0) return {};
   auto be32 = [&](std::size_t at) {
     std::uint32_t v = 0;
@@ -162,7 +156,7 @@ TEST_F(Plot, DirectoryWithAllThreeGivesAnSvg) {
   write("logs/trace.json", kTrace);
   fs::create_directory(path("out"));
   ASSERT_EQ(plot({path("logs"), "-o", path("out/run.SVG")}), 0);
-  const std::string svg = readAll(path("out/run.SVG"));
+  const std::string svg = xs::test::readFile(path("out/run.SVG"));
   EXPECT_TRUE(svg.starts_with("<?xml") || svg.starts_with("<svg")) << svg.substr(0, 100);
   EXPECT_NE(svg.find("width=\"1600\""), std::string::npos);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);

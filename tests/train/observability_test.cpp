@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "process_runner.hpp"
 #include "train_test_util.hpp"
 
 namespace xs::train::test {
@@ -168,9 +169,8 @@ TEST(Observability, TopShowsARunningJob) {
     EXPECT_LT(rank["since_progress_seconds"].get<double>(), 5.0);
   }
   // The job ends by itself; then top shows nothing of it and nothing is left in /dev/shm.
-  for (int i = 0; i < 300 && fs::exists("/dev/shm/xspawn-" + std::to_string(::getuid()) + "-" + job); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_FALSE(fs::exists("/dev/shm/xspawn-" + std::to_string(::getuid()) + "-" + job));
+  for (int i = 0; i < 300 && xs::test::segmentExists(job); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(xs::test::segmentExists(job));
   CommandResult after = runXspawn("top " + job + " --once --json --interval 0.05");
   EXPECT_EQ(json::parse(after.out)["jobs"].size(), 0u) << after.out;
   fs::remove_all(dir);
