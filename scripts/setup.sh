@@ -31,7 +31,8 @@ packages=(
   procps python3
   elfutils   # eu-stack: the stacks of stalled ranks in failure reports
   gnuplot-nox  # xspawn plot draws its pictures (png, svg) with gnuplot
-  python3-torch python3-numpy  # the tests of PyTorch programs under xspawn run (tests/python)
+  python3-dev pybind11-dev  # the xspawn Python module (python/)
+  python3-torch python3-numpy  # the tests of Python and PyTorch programs under xspawn run (tests/python)
 )
 if [[ $bench == 1 ]]; then
   packages+=(hyperfine)

@@ -248,10 +248,12 @@ void ControlPlane::awaitStragglers(std::uint64_t seq) {
 }
 
 void ControlPlane::failTimeout(std::uint64_t seq) {
+  // The wait measured, not the job's --timeout: a call may have given its own deadline.
+  const std::uint64_t waitedMs = (telemetry::nowNs() - enteredNs_) / 1000000;
   std::string text = fmt::format(
-      "'{}'#{} timed out after {} ms on rank {}: {} (raise --timeout if a rank legitimately "
-      "needs longer)",
-      tag_, seq, timeout_.count(), base_ + rank_, describeRanks(segment_));
+      "'{}'#{} timed out after {} ms on rank {}: {} (raise --timeout, or the call's own timeout, "
+      "if a rank legitimately needs longer)",
+      tag_, seq, waitedMs, base_ + rank_, describeRanks(segment_));
   raiseAbort(segment_, AbortReason::kTimeout, rank_, text);
   throwIfAborted();
   XS_THROW(TimeoutError, text);

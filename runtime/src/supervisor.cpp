@@ -118,6 +118,7 @@ void Supervisor::prepareJob() {
     // Rank 0's store for a PyTorch program (torch_env.hpp); under mpirun MASTER_ADDR and
     // MASTER_PORT come from the user (mpirun -x), as no machine knows machine 0's yet.
     if (place_.machines == 1) masterPort_.reserve(kMasterAddr);
+    pythonDir_ = pythonPackageDir();
   } else if (!fn_) {
     XS_THROW(UsageError, "the fork start method needs a worker function; run a program with exec");
   }
@@ -260,7 +261,7 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
   if (options_.startMethod == StartMethod::kExec) {
     const int port = masterPort_.port();
     setTorchEnv(TorchPlace{global, rank, globalWorld(), world_, place_.machine, place_.machines, attempt_,
-                           options_.maxRestarts, jobId_, port ? kMasterAddr : "", port});
+                           options_.maxRestarts, jobId_, port ? kMasterAddr : "", port, pythonDir_});
   }
   for (const std::string& kv : options_.extraEnv) ::putenv(const_cast<char*>(kv.c_str()));
 

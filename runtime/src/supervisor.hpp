@@ -102,6 +102,7 @@ class Supervisor {
   std::vector<std::string> execArgv_;
   static constexpr const char* kMasterAddr = "127.0.0.1";
   MasterPort masterPort_;  // MASTER_PORT of `run` on one machine, held for the job
+  std::string pythonDir_;  // this xspawn's Python package, first on the workers' PYTHONPATH
   pid_t pgid_ = 0;
   pid_t selfPid_ = 0;
   int signalFd_ = -1;

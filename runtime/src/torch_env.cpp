@@ -2,6 +2,7 @@
 #include "torch_env.hpp"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -58,6 +60,24 @@ void setTorchEnv(const TorchPlace& p) {
     set("MASTER_ADDR", p.masterAddr);
     set("MASTER_PORT", std::to_string(p.masterPort));
   }
+  if (!p.pythonDir.empty()) {
+    const char* old = std::getenv("PYTHONPATH");
+    set("PYTHONPATH", old && *old ? p.pythonDir + ":" + old : p.pythonDir);
+  }
+}
+
+std::string pythonPackageDir() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&pythonPackageDir), &info) == 0 || !info.dli_fname) return {};
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path lib = fs::canonical(info.dli_fname, ec).parent_path();
+  if (ec) return {};
+  for (const char* rel : {XSPAWN_LIB_TO_PYTHON, XSPAWN_BUILDLIB_TO_PYTHON}) {  // installed, build tree
+    const fs::path dir = (lib / rel).lexically_normal();
+    if (fs::exists(dir / "xspawn" / "__init__.py", ec)) return dir.string();
+  }
+  return {};
 }
 
 }  // namespace xs::detail

@@ -8,6 +8,9 @@
 //   MASTER_ADDR MASTER_PORT                        rank 0's store (one machine: 127.0.0.1 and
 //                                                  a port the launcher holds for the job)
 //   TORCHELASTIC_RESTART_COUNT / _MAX_RESTARTS / _RUN_ID / _USE_AGENT_STORE
+//   PYTHONPATH                                     this xspawn's Python package first, so that
+//                                                  `import xspawn` finds the one that matches
+//                                                  the launcher (and its segment layout)
 #pragma once
 
 #include <string>
@@ -40,7 +43,12 @@ struct TorchPlace {
   std::string runId;
   std::string masterAddr;  // empty: leave MASTER_ADDR / MASTER_PORT as the environment has them
   int masterPort = 0;
+  std::string pythonDir;   // empty: PYTHONPATH left as it is
 };
+
+// The directory holding this xspawn's Python package (xspawn/__init__.py), found relative to
+// the runtime library: in the build tree or in the install; empty when it was not built.
+std::string pythonPackageDir();
 
 // Sets the variables in this process (a worker between fork and exec).
 void setTorchEnv(const TorchPlace& place);

@@ -5,43 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "process_runner.hpp"
+#include "python_job.hpp"
 
 namespace xs::test {
 namespace {
 
-bool pythonHas(const std::string& module) {
-  RunOptions o;
-  o.timeoutSeconds = 60;
-  return runProcess({PYTHON_BIN, "-c", "import " + module}, o).exitCode == 0;
-}
-
-class TorchRunTest : public ::testing::Test {
- protected:
-  RunResult run(int nprocs, const std::string& script, std::vector<std::string> extra = {}, double timeout = 120) {
-    jobId_ = uniqueJobId("py");
-    std::vector<std::string> argv{XSPAWN_BIN, "--job-id", jobId_, "--nprocs", std::to_string(nprocs)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    for (const char* a : {"run", "--", PYTHON_BIN}) argv.emplace_back(a);
-    argv.push_back(std::string(SCRIPTS_DIR) + "/" + script);
-    RunOptions o;
-    o.timeoutSeconds = timeout;
-    return runProcess(argv, o);
-  }
-  void expectClean() {
-    for (int i = 0; i < 100 && !processesOfJob(jobId_).empty(); ++i) usleep(20000);
-    EXPECT_TRUE(processesOfJob(jobId_).empty()) << "a worker is still running";
-    EXPECT_FALSE(segmentExists(jobId_)) << "the segment is still in /dev/shm";
-  }
-  void requireTorch() {
-    if (!pythonHas("torch")) GTEST_SKIP() << PYTHON_BIN << " has no torch: apt-get install python3-torch";
-  }
-  std::string jobId_;
-};
+using TorchRunTest = PythonJobTest;
 
 TEST_F(TorchRunTest, WorkersSeeTorchrunsEnvironmentAndAHeldMasterPort) {
   RunResult r = run(3, "torch_env.py", {"--max-restarts", "2"});

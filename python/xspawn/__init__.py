@@ -1,0 +1,54 @@
+"""xspawn from Python: the worker API torch_xla's xm/xmp give a TPU program, for a Python
+program started by ``xspawn run`` (one process per emulated core), over xspawn's shared memory.
+
+    import numpy as np, xspawn
+    rank, world = xspawn.get_ordinal(), xspawn.world_size()
+    grads = np.full(1000, rank, np.float32)
+    xspawn.all_reduce(grads, "mean")          # in place, on every rank
+    xspawn.master_print("mean", grads[0])     # printed once, by rank 0
+
+Every call attaches to the job by itself (``init()`` does it explicitly); outside xspawn, a
+program runs as a world of one. The calls check the ranks agree: ranks at different points
+raise DivergenceError saying who is where, instead of hanging. Errors are one class per
+xspawn error kind, all ``xspawn.Error`` (a RuntimeError) with ``.where``.
+
+Identity:     init, initialized, get_ordinal, get_local_ordinal, world_size,
+              local_world_size, is_master_ordinal, device, job_id, restart_count
+Meeting:      rendezvous, barrier, mesh_reduce, master_print
+Collectives:  all_reduce, broadcast, all_gather, reduce_scatter, slice_of
+PyTorch:      xspawn.torch (a DDP communication hook, optimizer_step, tensor collectives)
+See docs/pytorch.md.
+"""
+import pickle as _pickle
+import sys as _sys
+
+from ._xspawn import (  # noqa: F401  (the public API, documented in the extension)
+    AbortedError, BackendError, CheckpointError, DataError, DeviceInfo, DivergenceError, Error,
+    FaultInjectedError, FileNotFoundError, FormatError, LabelRangeError, MismatchError,
+    NotInitializedError, OutOfMemoryError, SegmentError, ShapeError, ShmSpaceError, SystemError,
+    TimeoutError, TruncatedError, UsageError, all_gather, all_reduce, barrier, broadcast, device,
+    get_local_ordinal, get_ordinal, init, initialized, is_master_ordinal, job_id,
+    local_world_size, reduce_scatter, rendezvous, restart_count, slice_of, world_size)
+
+__all__ = [
+    "init", "initialized", "get_ordinal", "get_local_ordinal", "world_size", "local_world_size",
+    "is_master_ordinal", "device", "job_id", "restart_count", "rendezvous", "barrier",
+    "mesh_reduce", "master_print", "all_reduce", "broadcast", "all_gather", "reduce_scatter",
+    "slice_of", "DeviceInfo", "Error", "UsageError", "ShapeError", "SystemError", "ShmSpaceError",
+    "SegmentError", "NotInitializedError", "AbortedError", "DivergenceError", "TimeoutError",
+    "FaultInjectedError", "OutOfMemoryError", "BackendError", "CheckpointError", "DataError",
+    "FileNotFoundError", "FormatError", "TruncatedError", "MismatchError", "LabelRangeError",
+]
+
+
+def master_print(*args, file=None, **kwargs):
+    """print() on the job's master ordinal only (torch_xla: xm.master_print), flushed at once."""
+    if is_master_ordinal(local=False):
+        print(*args, file=file if file is not None else _sys.stdout, flush=True, **kwargs)
+
+
+def mesh_reduce(tag, data, reduce_fn):
+    """Every rank's `data` (any picklable object), reduced by reduce_fn(list in rank order), on
+    every rank (torch_xla: xm.mesh_reduce), e.g. mesh_reduce("acc", correct, sum)."""
+    payloads = rendezvous(tag, _pickle.dumps(data, protocol=_pickle.HIGHEST_PROTOCOL))
+    return reduce_fn([_pickle.loads(p) for p in payloads])
