@@ -99,6 +99,20 @@ def seed000_share_accuracy(model, test_x, test_y, prep):
     return correct / len(index)
 
 
+def test_accuracy(model, test_x, test_y, rank, world, prep=lambda x: x):
+    """The whole test set's accuracy, each rank evaluating its contiguous share in batches of 500."""
+    n = len(test_y)
+    first, last = n * rank // world, n * (rank + 1) // world
+    with torch.no_grad():
+        correct = torch.zeros(2)
+        for i in range(first, last, 500):
+            xb, yb = test_x[i:min(i + 500, last)], test_y[i:min(i + 500, last)]
+            correct[0] += (model(prep(xb)).argmax(1) == yb).sum()
+            correct[1] += len(yb)
+        dist.all_reduce(correct)
+    return float(correct[0] / correct[1])
+
+
 def worker(rank, args):
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=args.nprocs)
@@ -127,8 +141,6 @@ def worker(rank, args):
     # --precision bf16: CPU autocast, PyTorch's mixed precision (bf16 convolutions and matmuls,
     # fp32 weights, gradients and optimizer), the counterpart of xspawn's --precision bf16.
     autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
-    n = len(test_y)
-    first, last = n * rank // args.nprocs, n * (rank + 1) // args.nprocs
     result = {"nprocs": args.nprocs, "epochs": [], "time_to_target": None}
     trained = 0.0
     steps = 0
@@ -154,14 +166,8 @@ def worker(rank, args):
         seconds = time.perf_counter() - t0
         trained += seconds
         model.eval()
-        with torch.no_grad(), autocast():
-            correct = torch.zeros(2)
-            for i in range(first, last, 500):
-                xb, yb = test_x[i:min(i + 500, last)], test_y[i:min(i + 500, last)]
-                correct[0] += (model(prep(xb)).argmax(1) == yb).sum()
-                correct[1] += len(yb)
-            dist.all_reduce(correct)
-        acc = float(correct[0] / correct[1])
+        with autocast():
+            acc = test_accuracy(model, test_x, test_y, rank, args.nprocs, prep)
         entry = {"seconds": seconds, "images_per_second": images * args.nprocs / seconds, "test_accuracy": acc}
         if alexnet and rank == 0:
             entry["seed000_share_accuracy"] = seed000_share_accuracy(model, test_x, test_y, prep)

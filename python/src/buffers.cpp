@@ -2,6 +2,7 @@
 // a CPU torch tensor's .numpy()), in place and with the GIL released while they wait. A buffer
 // must be C-contiguous, native-endian and of float32, float64, int32 or int64 (or 2-byte
 // bfloat16 bits with dtype="bfloat16"); anything else is a UsageError saying how to convert.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -31,6 +32,7 @@ struct Array {
   DType type = DType::kFloat32;
 };
 
+constexpr double kMaxTimeoutSeconds = 30.0 * 24 * 3600;  // a month: finite, fits any clock
 const char* kTypes = "float32, float64, int32 and int64 (and bfloat16 bits with dtype='bfloat16')";
 
 DType typeOf(const py::buffer_info& info, const std::optional<std::string>& dtype, const std::string& where) {
@@ -42,7 +44,7 @@ DType typeOf(const py::buffer_info& info, const std::optional<std::string>& dtyp
       XS_THROW(UsageError, fmt::format("{}: dtype='{}' is not one xspawn knows; only 'bfloat16' is given this way "
                                        "(the other types come from the buffer itself)", where, *dtype));
     }
-    XS_CHECK(info.itemsize == 2 && (code == 'H' || code == 'h' || code == 'e'), UsageError,
+    XS_CHECK(info.itemsize == 2 && (code == 'H' || code == 'h'), UsageError,
              fmt::format("{}: dtype='bfloat16' needs 2-byte elements (uint16/int16 bits, e.g. "
                          "tensor.view(torch.int16).numpy()), not format '{}'", where, info.format));
     return DType::kBFloat16;
@@ -96,10 +98,11 @@ CollectiveOptions optionsOf(const std::string& tag, std::optional<double> timeou
   CollectiveOptions o;
   o.tag = tag;
   if (timeout) {
-    XS_CHECK(*timeout > 0, UsageError,
-             fmt::format("{}: timeout={} s; give a positive number of seconds (None: the job's --timeout)", where,
-                         *timeout));
-    o.timeout = std::chrono::milliseconds(static_cast<long long>(*timeout * 1000.0 + 0.5));
+    XS_CHECK(*timeout > 0 && *timeout <= kMaxTimeoutSeconds, UsageError,
+             fmt::format("{}: timeout={} s; give a positive number of seconds up to {} (None: the job's "
+                         "--timeout)", where, *timeout, kMaxTimeoutSeconds));
+    // At least 1 ms: 0 would mean the job's --timeout.
+    o.timeout = std::chrono::milliseconds(std::max(1LL, static_cast<long long>(*timeout * 1000.0 + 0.5)));
   }
   o.algorithm = parseAlgorithm(algorithm);
   return o;
@@ -201,6 +204,10 @@ void reduceScatter(const py::buffer& input, const std::optional<py::buffer>& out
 }  // namespace
 
 void registerCollectives(py::module_& m) {
+  m.def("_shared_buffer", [](std::size_t bytes) {
+    attach();
+    return py::memoryview::from_memory(shared_alloc(bytes), static_cast<py::ssize_t>(bytes), false);
+  }, "bytes"_a, "A writable memoryview of `bytes` in this rank's region of the shared heap (see shared_array).");
   m.def("all_reduce", &allReduce, "data"_a, "op"_a = "sum", py::kw_only(), "tag"_a = "", "timeout"_a = py::none(),
         "algorithm"_a = "auto", "dtype"_a = py::none(),
         "data[i] = op over ranks (in rank order) of data[i], in place on every rank. op: 'sum', 'mean', "

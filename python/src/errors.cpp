@@ -79,7 +79,12 @@ void raise(const Error& e, std::exception_ptr error) {
   // the Python program catches the exception.
   if (dynamic_cast<const AbortedError*>(&e)) record_error(error);
   PyObject* cls = classOf(e);
-  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunction(cls, "s", e.what()));
+  // Messages cut to fit shared memory may end inside a UTF-8 sequence: replaced, not an error.
+  const std::string what = e.what();
+  py::object text = py::reinterpret_steal<py::object>(
+      PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "replace"));
+  if (!text) throw py::error_already_set();
+  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallOneArg(cls, text.ptr()));
   if (!instance) throw py::error_already_set();
   instance.attr("where") = e.where();
   PyErr_SetObject(cls, instance.ptr());
@@ -89,7 +94,7 @@ void raise(const Error& e, std::exception_ptr error) {
 
 void registerErrors(py::module_& m) {
   for (std::size_t i = 0; i < kKinds.size(); ++i) gClasses[i] = makeClass(m, kKinds[i]);
-  py::register_exception_translator([](std::exception_ptr p) {
+  py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {

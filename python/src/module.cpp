@@ -6,10 +6,12 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
 #include "xspawn/collectives.hpp"
+#include "xspawn/error.hpp"
 #include "xspawn/xspawn.hpp"
 
 namespace py = pybind11;
@@ -70,6 +72,8 @@ void registerIdentity(py::module_& m) {
     attach();
     if (rank < 0) rank = get_ordinal();
     if (world < 1) world = world_size();
+    XS_CHECK(rank < world, UsageError,
+             fmt::format("xspawn.slice_of: rank={} is not a rank of a world of {}", rank, world));
     const Slice s = slice_of(count, rank, world);
     return py::make_tuple(s.first, s.size);
   }, "count"_a, "rank"_a = -1, "world"_a = 0,

@@ -9,8 +9,8 @@ bucket with xspawn.all_reduce instead of the process group's backend (Gloo over 
 ``optimizer_step(optimizer)``: for loops without DDP, as torch_xla's xm.optimizer_step: the
 gradients of the optimizer's parameters averaged across ranks, then optimizer.step().
 
-``all_reduce(tensors, op)``, ``broadcast(tensors, root)``: xspawn's collectives on CPU tensors, in
-place. A tensor is reduced through its own memory (no copy) when contiguous.
+``all_reduce(tensors, op)``, ``broadcast(tensors, root)``: xspawn's collectives on contiguous CPU
+tensors, in place, through the tensors' own memory (no copy).
 """
 import torch as _torch
 

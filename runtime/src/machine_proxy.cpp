@@ -19,16 +19,22 @@
 namespace xs::detail {
 namespace {
 
-// What every launcher tells the others when it joins: the job's shape must match.
+// What every launcher tells the others when it joins: the job's shape must match. One fixed
+// size, the version first, so that launchers of other versions still exchange it and are told
+// so by the version check (not by an MPI size error).
 struct Hello {
-  std::int32_t nprocs;
   std::int32_t version;
+  std::int32_t nprocs;
   std::uint64_t stageBytes;
   std::uint64_t heapBytes;
   std::uint64_t bufferBytes;
   std::uint64_t originNs;  // the job's start on this launcher's clock
-  char host[64];
+  std::int32_t heldPort;   // the MASTER_PORT this launcher holds (machine 0), or 0
+  std::int32_t reserved;
+  char host[256];          // MPI's processor name (MPI_MAX_PROCESSOR_NAME is 256 in Open MPI)
+  char spare[208];
 };
+static_assert(sizeof(Hello) == 512);
 
 MachineProxy::OpCheck opCheckOf(const MachineRequest& request) {
   MachineProxy::OpCheck c{};
@@ -191,6 +197,7 @@ void MachineProxy::handshake() {
   mine.heapBytes = h.heapBytes;
   mine.bufferBytes = channel_.bufferBytes;
   mine.originNs = originNs_ + static_cast<std::uint64_t>(skewNs_);
+  mine.heldPort = channel_.heldPort;
   std::snprintf(mine.host, sizeof mine.host, "%s", transport_->hostName().c_str());
   std::vector<Hello> all(transport_->machines());
   complete({transport_->allGather(&mine, sizeof mine, all.data())});
@@ -216,6 +223,11 @@ void MachineProxy::handshake() {
   std::vector<std::uint64_t> origins;
   for (const Hello& x : all) origins.push_back(x.originNs);
   alignClocks(origins);
+  // Machine 0's store address for PyTorch workers (torch_env.hpp), published with `joined`; a
+  // host name too long for the channel gives none (the user passes MASTER_ADDR, docs/pytorch.md).
+  const bool fits = std::strlen(all[0].host) < sizeof channel_.masterAddr;
+  channel_.masterPort = fits ? all[0].heldPort : 0;
+  std::snprintf(channel_.masterAddr, sizeof channel_.masterAddr, "%s", fits ? all[0].host : "");
   channel_.joined.store(1, std::memory_order_release);
 }
 

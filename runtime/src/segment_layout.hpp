@@ -22,7 +22,7 @@ namespace xs::detail {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x314e574150535858ULL;  // "XXSPAWN1"
-inline constexpr std::uint32_t kLayoutVersion = 5;
+inline constexpr std::uint32_t kLayoutVersion = 6;
 inline constexpr std::size_t kTagBytes = 64;      // a tag holds at most 63 characters
 inline constexpr std::size_t kErrorBytes = 2048;  // a worker's recorded error message
 inline constexpr std::size_t kAbortTextBytes = 4096;
@@ -322,6 +322,7 @@ struct alignas(kCacheLine) MachineChannel {
   std::uint32_t machine;
   std::uint32_t machines;
   std::uint64_t bufferBytes;  // the payload buffer right after this struct
+  std::int32_t heldPort;      // the MASTER_PORT this launcher holds (machine 0 of `run`), or 0
   // Line 1: requests posted so far. Local rank 0 fills requests[seq % 2], then stores seq
   // (release); the proxy loads it (acquire), then reads the request.
   alignas(kCacheLine) std::atomic<std::uint64_t> requestSeq;
@@ -332,14 +333,19 @@ struct alignas(kCacheLine) MachineChannel {
   std::atomic<std::uint32_t> doneSleepers;
   std::uint32_t reserved;
   std::uint64_t resultBytes;  // kRendezvous: bytes of the gathered result in the buffer
-  // Line 7: written by the proxy: it has joined the machines (1) and their handshake passed.
+  // Lines 7-8: written by the proxy: it has joined the machines (1) and their handshake passed
+  // (release: machine 0's host and held port, torch's MASTER_ADDR and MASTER_PORT, are in
+  // place; a worker of `run` waits for them before it execs).
   alignas(kCacheLine) std::atomic<std::uint32_t> joined;
+  std::int32_t masterPort;
+  alignas(kCacheLine) char masterAddr[kCacheLine];
 };
 static_assert(offsetof(MachineChannel, requestSeq) == 1 * kCacheLine);
 static_assert(offsetof(MachineChannel, requests) == 2 * kCacheLine);
 static_assert(offsetof(MachineChannel, doneSeq) == 6 * kCacheLine);
 static_assert(offsetof(MachineChannel, joined) == 7 * kCacheLine);
-static_assert(sizeof(MachineChannel) == 8 * kCacheLine);
+static_assert(offsetof(MachineChannel, masterAddr) == 8 * kCacheLine);
+static_assert(sizeof(MachineChannel) == 9 * kCacheLine);
 
 
 // With --trace, each rank has a TraceRing after the machine channel: a header line, a table of

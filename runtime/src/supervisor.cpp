@@ -115,9 +115,10 @@ void Supervisor::prepareJob() {
   if (options_.startMethod == StartMethod::kExec) {
     execArgv_ = options_.program.empty() ? selfArgv() : options_.program;
     if (execArgv_.empty()) XS_THROW(UsageError, "no program to run");
-    // Rank 0's store for a PyTorch program (torch_env.hpp); under mpirun MASTER_ADDR and
-    // MASTER_PORT come from the user (mpirun -x), as no machine knows machine 0's yet.
+    // Rank 0's store for a PyTorch program (torch_env.hpp): on one machine at 127.0.0.1; under
+    // mpirun machine 0 holds a port on every address, and the handshake tells the others.
     if (place_.machines == 1) masterPort_.reserve(kMasterAddr);
+    else if (place_.machine == 0) masterPort_.reserve(kAnyAddr);
     pythonDir_ = pythonPackageDir();
   } else if (!fn_) {
     XS_THROW(UsageError, "the fork start method needs a worker function; run a program with exec");
@@ -214,6 +215,7 @@ void Supervisor::prepareAttempt() {
     ch->machine = static_cast<std::uint32_t>(place_.machine);
     ch->machines = static_cast<std::uint32_t>(place_.machines);
     ch->bufferBytes = config.geometry.coll.machineBufferBytes;
+    ch->heldPort = masterPort_.port();
   }
 }
 
@@ -259,9 +261,10 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
   // One thread per emulated core, as torchrun does, unless the user said otherwise.
   ::setenv("OMP_NUM_THREADS", "1", 0);
   if (options_.startMethod == StartMethod::kExec) {
-    const int port = masterPort_.port();
-    setTorchEnv(TorchPlace{global, rank, globalWorld(), world_, place_.machine, place_.machines, attempt_,
-                           options_.maxRestarts, jobId_, port ? kMasterAddr : "", port, pythonDir_});
+    TorchPlace torch{global, rank, globalWorld(), world_, place_.machine, place_.machines, attempt_,
+                     options_.maxRestarts, jobId_, kMasterAddr, masterPort_.port(), pythonDir_};
+    if (place_.machines > 1) awaitMaster(torch);
+    setTorchEnv(torch);
   }
   for (const std::string& kv : options_.extraEnv) ::putenv(const_cast<char*>(kv.c_str()));
 
@@ -297,6 +300,32 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
   // The worker's process ends with its function; _exit, not exit: the parent's atexit
   // handlers and static objects belong to the parent.
   ::_exit(code & 0xff);
+}
+
+void Supervisor::awaitMaster(TorchPlace& torch) {
+  // Machine 0's address is known once the proxies' handshake passed, after the workers were
+  // forked: wait for it here, before exec (the worker is no MPI process; its launcher is).
+  // Acquire: pairs with the proxy's release of `joined` (the address and port are in place).
+  const char* addr = std::getenv("MASTER_ADDR");  // the user's (mpirun -x) win
+  const char* port = std::getenv("MASTER_PORT");
+  const MachineChannel& channel = *segment_->machineChannel();
+  const bool given = addr && *addr && port && *port;
+  // At most the job's deadline: a machine that never joins is then named by the program's
+  // first collective (its own deadline), as for any program.
+  const auto deadline = Clock::now() + options_.timeout;
+  while (!given && channel.joined.load(std::memory_order_acquire) == 0) {
+    if (segment_->header().abortWord.load(std::memory_order_acquire) != 0) break;  // the job failed
+    if (Clock::now() >= deadline) {
+      childFail("machines not joined", "MASTER_ADDR and MASTER_PORT are not set: the launchers' handshake did "
+                                       "not pass within --timeout");
+      break;
+    }
+    ::usleep(1000);
+  }
+  const bool joined = channel.joined.load(std::memory_order_acquire) != 0;
+  torch.masterAddr = addr && *addr ? addr : joined ? channel.masterAddr : "";
+  torch.masterPort = port && *port ? std::atoi(port) : joined ? channel.masterPort : 0;
+  if (torch.masterPort == 0) torch.masterAddr.clear();
 }
 
 void Supervisor::installSignals() {

@@ -60,6 +60,8 @@ class Supervisor {
   void joinMachines();
   void onMachineEvents();
   [[noreturn]] void childMain(int rank, int outFd, int errFd);
+  // Under mpirun: machine 0's MASTER_ADDR and MASTER_PORT, once the machines' handshake passed.
+  void awaitMaster(TorchPlace& torch);
   void loop();
   void onSignal(int sig);
   void drainSignals();
@@ -101,6 +103,7 @@ class Supervisor {
   std::vector<int> cpus_;  // the CPUs this process may run on, for --bind-to core
   std::vector<std::string> execArgv_;
   static constexpr const char* kMasterAddr = "127.0.0.1";
+  static constexpr const char* kAnyAddr = "0.0.0.0";  // machine 0's held port, under mpirun
   MasterPort masterPort_;  // MASTER_PORT of `run` on one machine, held for the job
   std::string pythonDir_;  // this xspawn's Python package, first on the workers' PYTHONPATH
   pid_t pgid_ = 0;

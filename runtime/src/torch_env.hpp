@@ -6,7 +6,9 @@
 //   GROUP_RANK GROUP_WORLD_SIZE                    this machine among the job's machines
 //   ROLE_NAME ROLE_RANK ROLE_WORLD_SIZE            one role, "default", as torchrun's
 //   MASTER_ADDR MASTER_PORT                        rank 0's store (one machine: 127.0.0.1 and
-//                                                  a port the launcher holds for the job)
+//                                                  a port the launcher holds for the job; under
+//                                                  mpirun machine 0's host and held port, from
+//                                                  the launchers' handshake)
 //   TORCHELASTIC_RESTART_COUNT / _MAX_RESTARTS / _RUN_ID / _USE_AGENT_STORE
 //   PYTHONPATH                                     this xspawn's Python package first, so that
 //                                                  `import xspawn` finds the one that matches

@@ -6,11 +6,12 @@ include(GNUInstallDirs)
 set(XSPAWN_INSTALL_HELPERDIR "${CMAKE_INSTALL_LIBEXECDIR}/xspawn")  # xspawn-train, benches
 set(XSPAWN_INSTALL_MODULEDIR "${CMAKE_INSTALL_LIBDIR}/xspawn")      # libxspawn_mpi.so
 set(XSPAWN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/xspawn")
-# The Python package xspawn/: where Debian's python3 looks for the .deb's packages (prefix /usr);
-# under another prefix `xspawn run` still finds it (relative to itself), other programs need
-# PYTHONPATH=<prefix>/lib/python3/dist-packages.
-set(XSPAWN_INSTALL_PYTHONDIR "lib/python3/dist-packages" CACHE STRING
-  "Where the xspawn Python package is installed, relative to the prefix")
+# The Python package xspawn/ goes in a directory of its own (so that putting it on PYTHONPATH
+# brings nothing else along), and xspawn.pth in Debian python3's site directory points there:
+# from the .deb (prefix /usr) Debian's python3 imports it as it is; under another prefix
+# `xspawn run` finds it by itself, other programs need PYTHONPATH=<prefix>/lib/xspawn/python.
+set(XSPAWN_INSTALL_PYTHONDIR "${XSPAWN_INSTALL_MODULEDIR}/python")
+set(XSPAWN_INSTALL_PTHDIR "lib/python3/dist-packages")
 
 function(xspawn_relative out from to)
   file(RELATIVE_PATH rel "/prefix/${from}" "/prefix/${to}")
@@ -23,7 +24,6 @@ endfunction()
 # Seen from the installed `xspawn` (bin/): its helpers and its MPI module.
 xspawn_relative(XSPAWN_BIN_TO_HELPERS "${CMAKE_INSTALL_BINDIR}" "${XSPAWN_INSTALL_HELPERDIR}")
 xspawn_relative(XSPAWN_BIN_TO_MODULES "${CMAKE_INSTALL_BINDIR}" "${XSPAWN_INSTALL_MODULEDIR}")
-xspawn_relative(XSPAWN_BIN_TO_PYTHON "${CMAKE_INSTALL_BINDIR}" "${XSPAWN_INSTALL_PYTHONDIR}")
 # RPATHs: programs in bin/ and libexec/xspawn/, the MPI module, and the libraries themselves.
 xspawn_relative(_bin_to_lib "${CMAKE_INSTALL_BINDIR}" "${CMAKE_INSTALL_LIBDIR}")
 xspawn_relative(_helper_to_lib "${XSPAWN_INSTALL_HELPERDIR}" "${CMAKE_INSTALL_LIBDIR}")

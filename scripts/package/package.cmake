@@ -31,10 +31,19 @@ set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libfmt-dev")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "dataset-fashion-mnist, openmpi-bin")
+if(XSPAWN_PYTHON_MODULE)  # the module is built for one CPython (its ABI), and takes NumPy arrays
+  string(REPLACE "." ";" _v "${XSPAWN_PYTHON_VERSION}")
+  list(GET _v 0 _major)
+  list(GET _v 1 _minor)
+  math(EXPR _next "${_minor} + 1")
+  string(APPEND CPACK_DEBIAN_PACKAGE_RECOMMENDS
+    ", python3 (>= ${XSPAWN_PYTHON_VERSION}), python3 (<< ${_major}.${_next}), python3-numpy")
+endif()
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "${PROJECT_DESCRIPTION}
  xspawn forks N worker processes, one per emulated accelerator core, that meet at named
  shared-memory rendezvous points and all-reduce their gradients over shared memory, as
  PyTorch/XLA's xmp.spawn does on a TPU. This package holds the xspawn command, its helper
- programs, the libraries, the C++ headers, a CMake package and a pkg-config file.")
+ programs, the libraries, the C++ headers, a CMake package, a pkg-config file and the xspawn
+ Python module (import xspawn; xspawn.torch for PyTorch DDP).")
 set(CPACK_GENERATOR DEB)
 include(CPack)

@@ -19,42 +19,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "mpi_launch.hpp"
 #include "process_runner.hpp"
 
 namespace xs::test {
 namespace {
-
-// The path of mpirun ("" when not installed): the test runner execs without a PATH search.
-std::string mpirunPath() {
-  std::string path;
-  if (FILE* f = ::popen("command -v mpirun 2>/dev/null", "r")) {
-    char line[4096];
-    if (std::fgets(line, sizeof line, f)) path = line;
-    ::pclose(f);
-  }
-  while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
-  return path;
-}
-
-bool haveMpi(std::string* why) {
-  if (std::string(XSPAWN_MPI_MODULE_FILE).empty()) {
-    *why = "xspawn was built without Open MPI (libopenmpi-dev): no libxspawn_mpi.so";
-    return false;
-  }
-  if (mpirunPath().empty()) {
-    *why = "mpirun is not installed (openmpi-bin)";
-    return false;
-  }
-  return true;
-}
-
-// mpirun's own options for launchers on this one machine: more processes than cores, no
-// binding (each launcher's workers must be free to use every core).
-std::vector<std::string> mpirunArgs(int machines) {
-  std::vector<std::string> a{mpirunPath(), "--oversubscribe", "--bind-to", "none", "-np", std::to_string(machines)};
-  if (::getuid() == 0) a.insert(a.begin() + 1, "--allow-run-as-root");
-  return a;
-}
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -65,7 +34,7 @@ class MachinesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    if (!haveMpi(&why)) GTEST_SKIP() << why;
+    if (!haveMpi(XSPAWN_MPI_MODULE_FILE, &why)) GTEST_SKIP() << why;
   }
   // mpirun -np M xspawn --job-id J --nprocs N <extra> run -- machines_worker <args>
   RunResult runWorkers(int machines, int nprocs, const std::vector<std::string>& workerArgs,

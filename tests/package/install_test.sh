@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# install_test.sh BUILD_DIR SOURCE_DIR: installs xspawn from BUILD_DIR into a temporary prefix,
+# install_test.sh BUILD_DIR SOURCE_DIR [PYTHON PYDIR:PTHDIR]: installs xspawn from BUILD_DIR into a temporary prefix,
 # moves the prefix elsewhere (the install must be relocatable), builds examples/ against it as a
 # separate CMake project with find_package(xspawn) and a program with pkg-config, then runs them
-# for a few steps, directly and under the installed `xspawn`. Leaves nothing behind.
+# for a few steps, directly and under the installed `xspawn`; and, when built, the Python package
+# from the moved prefix with the Python examples. Leaves nothing behind.
 set -euo pipefail
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
+python=${3:-}  # the Python the module is built for ("": not built)
+pyrel=${4%%:*}; pthrel=${4#*:}  # where the package and xspawn.pth go, relative to the prefix
 work=$(mktemp -d "${TMPDIR:-/tmp}/xspawn-install-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 step() { echo "== $*"; }
@@ -78,4 +81,19 @@ restarted=$("$work/examples/custom_network" --nprocs 2 --epochs 3 --checkpoint "
   --inject-fault rank=1,step=40,kind=crash | grep "weights hash")
 echo "restarted: $restarted; uninterrupted: $straight"
 test "$restarted" = "$straight"
+if [ -n "$python" ]; then
+  step "the Python package: imported from the moved prefix, and found by the installed xspawn run by itself"
+  pydir="$prefix/$pyrel"
+  test -f "$pydir/xspawn/__init__.py" && test -f "$pydir/xspawn/torch.py" && ls "$pydir"/xspawn/_xspawn*.so > /dev/null
+  test "$(cat "$prefix/$pthrel/xspawn.pth")" = "$(realpath --relative-to="$prefix/$pthrel" "$pydir")"
+  test "$(ls "$pydir")" = xspawn  # a directory of its own: on PYTHONPATH it brings nothing else along
+  PYTHONPATH="$pydir" "$python" -c "import xspawn; assert xspawn.world_size() == 1; print(xspawn.__file__)" \
+    | grep -q "^$pydir/xspawn/__init__.py"
+  (cd "$work" && env -u PYTHONPATH "$prefix/bin/xspawn" --nprocs 2 -q run -- "$python" "$src/examples/python/allreduce.py") \
+    | grep "mean of ranks 0..1 = 0.5"
+  if "$python" -c "import torch" 2> /dev/null; then
+    "$prefix/bin/xspawn" --nprocs 2 -q run -- "$python" "$src/examples/python/ddp_hook.py" | grep "DDP + xspawn hook: loss"
+    "$prefix/bin/xspawn" --nprocs 2 -q run -- "$python" "$src/examples/python/ddp_hook.py" --no-ddp | grep "optimizer_step: loss"
+  fi
+fi
 echo "install test passed"

@@ -1,6 +1,7 @@
 """xspawn's Python collectives against NumPy references, on every rank: all_reduce for every
 type, op and algorithm and sizes across the staging chunks, broadcast from every root,
-all_gather and reduce_scatter in both forms, tensors through xspawn.torch (bfloat16 included),
+all_gather and reduce_scatter in both forms, arrays in the shared heap (shared_array), tensors
+through xspawn.torch (bfloat16 included),
 rendezvous and mesh_reduce; then the bad inputs, each a UsageError saying what is wrong."""
 import sys
 
@@ -49,6 +50,18 @@ def all_reduce_cases():
                     want = reference([data(r, n, dtype, salt) for r in range(WORLD)], op)
                     check(mine, want, f"all_reduce {op} {np.dtype(dtype).name}[{n}] {algorithm}")
     return salt
+
+
+def shared_heap_cases():
+    """Arrays in the shared heap: reduced in place with no copy from 64 KiB, as any array below."""
+    for dtype in (np.float32, np.int64):
+        for n in (100, 300_000):
+            heap = xspawn.shared_array((n // 100, 100), dtype)
+            assert heap.shape == (n // 100, 100) and not heap.any()
+            heap[:] = data(RANK, n, dtype, 31).reshape(heap.shape)
+            xspawn.all_reduce(heap, "sum")
+            check(heap.reshape(-1), reference([data(r, n, dtype, 31) for r in range(WORLD)], "sum"),
+                  f"all_reduce of a shared_array {np.dtype(dtype).name}[{n}]")
 
 
 def bfloat16_bits(x):
@@ -150,6 +163,7 @@ def bad_input_cases():
 def main():
     cases = all_reduce_cases()
     bfloat16_case()
+    shared_heap_cases()
     broadcast_gather_scatter_cases()
     torch_cases()
     meeting_cases()

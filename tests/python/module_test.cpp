@@ -49,7 +49,7 @@ TEST_F(ModuleTest, ACollectiveOfAnotherSizeIsNamedAsDivergence) {
   TempDir logs("py-diverge");
   RunResult r = run(3, "module_faults.py", {"--log-dir", logs.path}, {"count"}, 60);
   EXPECT_EQ(r.exitCode, 1) << r.err;
-  EXPECT_LT(r.seconds, 20) << "divergence is seen at once, not at the deadline";
+  EXPECT_LT(r.seconds, 40) << "divergence is seen at once, not at the deadline";
   const std::string named = "ranks diverged: rank 1 at all_reduce 'sum float[11]";
   EXPECT_NE(r.err.find("xspawn.DivergenceError: " + named), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("job aborted (divergence)"), std::string::npos) << r.err;
@@ -76,7 +76,7 @@ TEST_F(ModuleTest, RanksAtDifferentRendezvousTagsAreNamed) {
 TEST_F(ModuleTest, ACallsOwnTimeoutRaisesTimeoutErrorAndNamesTheLateRank) {
   RunResult r = run(3, "module_faults.py", {"--timeout", "60"}, {"timeout"}, 90);
   EXPECT_EQ(r.exitCode, 124) << r.err;
-  EXPECT_LT(r.seconds, 20) << "rank 0's timeout=1.0, not the job's 60 s, sets the deadline";
+  EXPECT_LT(r.seconds, 40) << "rank 0's timeout=1.0, not the job's 60 s, sets the deadline";
   EXPECT_NE(r.out.find("rank 0 caught xspawn.TimeoutError"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("root cause (did not arrive: rank 1)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("timed out after 60000 ms"), std::string::npos) << "the message names the wait, not --timeout";
@@ -86,7 +86,7 @@ TEST_F(ModuleTest, ACallsOwnTimeoutRaisesTimeoutErrorAndNamesTheLateRank) {
 TEST_F(ModuleTest, ADeadPeerRaisesAbortedErrorInTheOthers) {
   RunResult r = run(3, "module_faults.py", {"--timeout", "60"}, {"kill"}, 90);
   EXPECT_EQ(r.exitCode, 137) << r.err;
-  EXPECT_LT(r.seconds, 20) << r.err;
+  EXPECT_LT(r.seconds, 40) << r.err;
   EXPECT_NE(r.out.find("caught AbortedError: aborted: rank 1"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("root cause (first failure):\n  rank 1 (local rank 1"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("got past the fault"), std::string::npos) << r.out;

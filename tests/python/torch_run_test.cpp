@@ -6,8 +6,10 @@
 
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "mpi_launch.hpp"
 #include "python_job.hpp"
 
 namespace xs::test {
@@ -75,6 +77,54 @@ TEST_F(TorchRunTest, ASigkilledTorchWorkerEndsTheJobAndLeavesNothing) {
   EXPECT_NE(r.err.find("rank 1 (local rank 1, pid"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("SIGKILL"), std::string::npos) << r.err;
   expectClean();
+}
+
+// Two launchers under mpirun, each a "machine" of 2 ranks: torchrun's variables are global and
+// MASTER_ADDR/MASTER_PORT are machine 0's, with nothing passed on mpirun's command line; an
+// unchanged DDP program trains across them, and so does xspawn's hook (across machines, over MPI).
+TEST_F(TorchRunTest, UnderMpirunEveryRankGetsMachineZerosMasterAndDdpTrains) {
+  requireTorch();
+  std::string why;
+  if (!haveMpi(XSPAWN_MPI_MODULE_FILE, &why)) GTEST_SKIP() << why;
+  auto launch = [&](const std::string& script, const std::string& arg) {
+    jobId_ = uniqueJobId("pympi");
+    std::vector<std::string> argv = mpirunArgs(2);
+    for (const std::string& a : {std::string(XSPAWN_BIN), std::string("--job-id"), jobId_, std::string("--nprocs"),
+                                 std::string("2"), std::string("-q"), std::string("run"), std::string("--"),
+                                 std::string(PYTHON_BIN), std::string(SCRIPTS_DIR) + "/" + script}) {
+      argv.push_back(a);
+    }
+    if (!arg.empty()) argv.push_back(arg);
+    RunOptions o;
+    o.timeoutSeconds = 180;
+    o.env = {"MASTER_ADDR=", "MASTER_PORT="};  // none from the caller: the launchers find machine 0's
+    return runProcess(argv, o);
+  };
+  RunResult env = launch("torch_env.py", "");
+  ASSERT_EQ(env.exitCode, 0) << env.out << env.err;
+  std::string port;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string want = fmt::format("env RANK={} LOCAL_RANK={} WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK={} "
+                                         "GROUP_WORLD_SIZE=2", rank, rank % 2, rank / 2);
+    const std::size_t at = env.out.find(want);
+    ASSERT_NE(at, std::string::npos) << want << "\nmissing in:\n" << env.out;
+    const std::size_t p = env.out.find("MASTER_PORT=", at);
+    ASSERT_NE(p, std::string::npos) << env.out;
+    const std::string mine = env.out.substr(p, env.out.find(' ', p) - p);
+    EXPECT_NE(mine, "MASTER_PORT=-") << env.out;
+    if (port.empty()) port = mine;
+    EXPECT_EQ(mine, port) << "every rank must see machine 0's port:\n" << env.out;
+  }
+  EXPECT_EQ(env.out.find("MASTER_ADDR=-"), std::string::npos) << env.out;
+  EXPECT_NE(env.out.find("port held"), std::string::npos) << env.out;
+  EXPECT_NE(env.out.find("store listens"), std::string::npos) << env.out;
+
+  RunResult ddp = launch("ddp_train.py", "--hook");
+  ASSERT_EQ(ddp.exitCode, 0) << ddp.out << ddp.err;
+  EXPECT_NE(ddp.out.find("replicas: 1 distinct of 4"), std::string::npos) << ddp.out;
+  EXPECT_NE(ddp.out.find("xspawn ddp: replicas 1 distinct of 4"), std::string::npos) << ddp.out;
+  EXPECT_NE(ddp.out.find("xspawn step: replicas 1 distinct of 4"), std::string::npos) << ddp.out;
+  for (int m = 0; m < 2; ++m) EXPECT_FALSE(segmentExists(fmt::format("{}.m{}", jobId_, m)));
 }
 
 }  // namespace
