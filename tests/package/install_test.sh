@@ -81,6 +81,13 @@ restarted=$("$work/examples/custom_network" --nprocs 2 --epochs 3 --checkpoint "
   --inject-fault rank=1,step=40,kind=crash | grep "weights hash")
 echo "restarted: $restarted; uninterrupted: $straight"
 test "$restarted" = "$straight"
+step "the job's report read by its caller: utilisation, a C++ root cause, a Python traceback"
+"$work/examples/job_report" | grep -E "^rank 1: 40 steps in .* compute [0-9]+%"
+if out=$("$work/examples/job_report" --fail-rank 1 2> /dev/null); then echo "a failed job reported success"; exit 1; fi
+echo "$out" | grep "rank 1 exited with code 1: xs::UsageError: rank asked to fail at step 5"
+if out=$("$work/examples/job_report" --python /usr/bin/python3 2> /dev/null); then echo "a failed job reported success"; exit 1; fi
+echo "$out" | grep "traceback | KeyError: 'labels'"
+
 if [ -n "$python" ]; then
   step "the Python package: imported from the moved prefix, and found by the installed xspawn run by itself"
   pydir="$prefix/$pyrel"

@@ -56,7 +56,7 @@ struct SpawnOptions {
   std::string injectFault;
   // Writes the job's trace timeline to this file: a Chrome trace event file (Perfetto,
   // chrome://tracing) with a track per rank and the launcher's (see xspawn/trace.hpp). Empty:
-  // no trace, and no tracing cost. Under mpirun each machine writes its own (docs/observability.md).
+  // no trace, and no tracing cost. Under mpirun machine 0 writes the whole job's (docs/observability.md).
   std::string traceFile;
   // Spans kept per rank for the trace (the newest; 64 bytes each in the job's shared memory: 8 MiB per rank by default).
   std::size_t traceEvents = 131072;
