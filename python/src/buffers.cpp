@@ -108,16 +108,12 @@ CollectiveOptions optionsOf(const std::string& tag, std::optional<double> timeou
   return o;
 }
 
-void sameType(const Array& a, const Array& b, const std::string& where) {
-  XS_CHECK(a.type == b.type, UsageError,
-           fmt::format("{}: input is {} but output is {}; give both the same type", where, dtypeName(b.type),
-                       dtypeName(a.type)));
-}
-
 // `part` is this rank's slice (`mine`) of `whole`: the same type, slice-sized.
 void checkSlice(const Array& part, const char* partName, const Array& whole, const char* wholeName, Slice mine,
                 const std::string& where) {
-  sameType(whole, part, where);
+  XS_CHECK(part.type == whole.type, UsageError,
+           fmt::format("{}: {} is {} but {} is {}; give both the same type", where, partName, dtypeName(part.type),
+                       wholeName, dtypeName(whole.type)));
   XS_CHECK(part.count == mine.size, UsageError,
            fmt::format("{}: {} has {} elements but this rank's slice of the {} in {} has {} "
                        "(xspawn.slice_of({}) = ({}, {}))", where, partName, part.count, whole.count, wholeName,

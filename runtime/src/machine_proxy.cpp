@@ -53,12 +53,13 @@ constexpr std::chrono::microseconds kProxySpin{30};
 }  // namespace
 
 MachineProxy::MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport, std::uint64_t originNs,
-                           std::int64_t skewNs)
+                           std::int64_t skewNs, int heldPort)
     : segment_(segment),
       transport_(std::move(transport)),
       channel_(*segment.machineChannel()),
       originNs_(originNs),
-      skewNs_(skewNs) {
+      skewNs_(skewNs),
+      heldPort_(heldPort) {
   eventFd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (eventFd_ < 0) XS_THROW(SystemError, fmt::format("eventfd: {}", std::strerror(errno)));
 }
@@ -197,7 +198,7 @@ void MachineProxy::handshake() {
   mine.heapBytes = h.heapBytes;
   mine.bufferBytes = channel_.bufferBytes;
   mine.originNs = originNs_ + static_cast<std::uint64_t>(skewNs_);
-  mine.heldPort = channel_.heldPort;
+  mine.heldPort = heldPort_;
   std::snprintf(mine.host, sizeof mine.host, "%s", transport_->hostName().c_str());
   std::vector<Hello> all(transport_->machines());
   complete({transport_->allGather(&mine, sizeof mine, all.data())});

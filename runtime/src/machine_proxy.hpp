@@ -55,9 +55,10 @@ class MachineProxy {
   };
 
   // originNs: the job's start on this launcher's clock (CLOCK_MONOTONIC); skewNs: added to
-  // every clock read of the alignment (XSPAWN_CLOCK_SKEW_US, for tests on one machine).
+  // every clock read of the alignment (XSPAWN_CLOCK_SKEW_US, for tests on one machine);
+  // heldPort: the MASTER_PORT this launcher holds for PyTorch workers (machine 0), or 0.
   MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport, std::uint64_t originNs,
-               std::int64_t skewNs = 0);
+               std::int64_t skewNs = 0, int heldPort = 0);
   ~MachineProxy();
   MachineProxy(const MachineProxy&) = delete;
   MachineProxy& operator=(const MachineProxy&) = delete;
@@ -122,6 +123,7 @@ class MachineProxy {
   MachineChannel& channel_;
   std::uint64_t originNs_;
   std::int64_t skewNs_;
+  int heldPort_;
   int eventFd_ = -1;
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -322,7 +322,6 @@ struct alignas(kCacheLine) MachineChannel {
   std::uint32_t machine;
   std::uint32_t machines;
   std::uint64_t bufferBytes;  // the payload buffer right after this struct
-  std::int32_t heldPort;      // the MASTER_PORT this launcher holds (machine 0 of `run`), or 0
   // Line 1: requests posted so far. Local rank 0 fills requests[seq % 2], then stores seq
   // (release); the proxy loads it (acquire), then reads the request.
   alignas(kCacheLine) std::atomic<std::uint64_t> requestSeq;

@@ -215,7 +215,6 @@ void Supervisor::prepareAttempt() {
     ch->machine = static_cast<std::uint32_t>(place_.machine);
     ch->machines = static_cast<std::uint32_t>(place_.machines);
     ch->bufferBytes = config.geometry.coll.machineBufferBytes;
-    ch->heldPort = masterPort_.port();
   }
 }
 
@@ -547,7 +546,8 @@ void Supervisor::loop() {
 
 void Supervisor::joinMachines() {
   if (!transport_) return;
-  proxy_ = std::make_unique<MachineProxy>(*segment_, std::move(transport_), startNs(), clockSkewNs_);
+  proxy_ = std::make_unique<MachineProxy>(*segment_, std::move(transport_), startNs(), clockSkewNs_,
+                                          masterPort_.port());
   proxy_->start();
   log_->debug("machine {} of {}: MPI proxy started", place_.machine, place_.machines);
 }

@@ -89,11 +89,8 @@ TEST_F(TorchRunTest, UnderMpirunEveryRankGetsMachineZerosMasterAndDdpTrains) {
   auto launch = [&](const std::string& script, const std::string& arg) {
     jobId_ = uniqueJobId("pympi");
     std::vector<std::string> argv = mpirunArgs(2);
-    for (const std::string& a : {std::string(XSPAWN_BIN), std::string("--job-id"), jobId_, std::string("--nprocs"),
-                                 std::string("2"), std::string("-q"), std::string("run"), std::string("--"),
-                                 std::string(PYTHON_BIN), std::string(SCRIPTS_DIR) + "/" + script}) {
-      argv.push_back(a);
-    }
+    argv.insert(argv.end(), {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", "2", "-q", "run", "--", PYTHON_BIN,
+                             std::string(SCRIPTS_DIR) + "/" + script});
     if (!arg.empty()) argv.push_back(arg);
     RunOptions o;
     o.timeoutSeconds = 180;
