@@ -141,6 +141,12 @@ def worker(rank, args):
     # --precision bf16: CPU autocast, PyTorch's mixed precision (bf16 convolutions and matmuls,
     # fp32 weights, gradients and optimizer), the counterpart of xspawn's --precision bf16.
     autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    # --lr-schedule onecycle: xspawn train's (torch's OneCycleLR, no momentum cycling), stepped
+    # after every optimizer step over the whole run.
+    sched = None
+    if args.lr_schedule == "onecycle":
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=len(loader) * args.epochs,
+                                                    cycle_momentum=False)
     result = {"nprocs": args.nprocs, "epochs": [], "time_to_target": None}
     trained = 0.0
     steps = 0
@@ -156,6 +162,8 @@ def worker(rank, args):
                 loss = F.cross_entropy(model(prep(x)), y)
             loss.backward()
             opt.step()
+            if sched:
+                sched.step()
             images += len(y)
             steps += 1
             if args.progress and rank == 0 and steps % args.progress == 0:
@@ -197,6 +205,7 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--optimizer", default="adam")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr-schedule", choices=["constant", "onecycle"], default="constant")
     p.add_argument("--momentum", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--target", type=float, default=0.90)

@@ -20,19 +20,21 @@ struct ModelDefaults {
   const char* model;
   const char* optimizer;
   double lr, momentum, weightDecay;
-  int batchSize, epochs, lrStep;
+  int batchSize, epochs;
+  const char* lrSchedule;
+  int lrStep;
   double lrDecay;
   const char* precision;
 };
 
-// convnet: the default run (8 workers, Fashion-MNIST) reaches 91% in under 5 minutes on two
-// cores (docs/training.md). alexnet: seed 000. resnet18: seed 003.
+// convnet: the default run (8 workers, Fashion-MNIST): 91% in 4 epochs with a one-cycle
+// schedule, over seeds (docs/training.md). alexnet: seed 000. resnet18: seed 003.
 constexpr ModelDefaults kDefaults[] = {
-    {"mlp", "sgd", 0.05, 0.9, 0.0, 64, 5, 0, 0.1, "fp32"},
-    {"convnet", "adam", 1e-3, 0.0, 0.0, 16, 6, 4, 0.1, "bf16"},
-    {"lenet5", "adam", 1e-3, 0.0, 0.0, 64, 5, 0, 0.1, "fp32"},
-    {"alexnet", "adam", 1e-3, 0.0, 0.0, 32, 1, 0, 0.1, "fp32"},
-    {"resnet18", "sgd", 0.1, 0.9, 5e-4, 128, 30, 10, 0.1, "fp32"},
+    {"mlp", "sgd", 0.05, 0.9, 0.0, 64, 5, "step", 0, 0.1, "fp32"},
+    {"convnet", "adam", 3e-3, 0.0, 0.0, 16, 4, "onecycle", 0, 0.1, "bf16"},
+    {"lenet5", "adam", 1e-3, 0.0, 0.0, 64, 5, "step", 0, 0.1, "fp32"},
+    {"alexnet", "adam", 1e-3, 0.0, 0.0, 32, 1, "step", 0, 0.1, "fp32"},
+    {"resnet18", "sgd", 0.1, 0.9, 5e-4, 128, 30, "step", 10, 0.1, "fp32"},
 };
 
 po::options_description describeOptions() {
@@ -53,7 +55,8 @@ po::options_description describeOptions() {
       ("lr", po::value<double>(), "learning rate (default per model)")
       ("momentum", po::value<double>(), "SGD momentum")
       ("weight-decay", po::value<double>(), "L2 weight decay")
-      ("lr-step", po::value<int>(), "decay the learning rate every N epochs (0: never)")
+      ("lr-schedule", po::value<std::string>(), "step: x--lr-decay every --lr-step epochs (torch's StepLR) | onecycle: up from --lr/25 to --lr over the first 30% of the steps, then down to --lr/25e4 along a half cosine, set before every step (torch's OneCycleLR) (default per model)")
+      ("lr-step", po::value<int>(), "with --lr-schedule step: decay the learning rate every N epochs (0: never)")
       ("lr-decay", po::value<double>(), "factor of each decay (default per model)")
       ("seed", po::value<std::uint64_t>(), "seed of the weights, the shuffling and the augmentation (default 1234)")
       ("precision", po::value<std::string>(), "fp32 | bf16: bf16 products, fp32 accumulation (default: bf16 for convnet, fp32 otherwise)")
@@ -120,17 +123,20 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
   o.weightDecay = d.weightDecay;
   o.batchSize = d.batchSize;
   o.epochs = d.epochs;
+  o.lrSchedule = d.lrSchedule;
   o.lrStep = d.lrStep;
   o.lrDecay = d.lrDecay;
   o.precision = d.precision;
   take(vm, "optimizer", o.optimizer);
   if (vm.count("optimizer") && !vm.count("lr")) o.lr = o.optimizer == "adam" ? 1e-3 : 0.01;
-  if (vm.count("optimizer") && o.optimizer != d.optimizer) o.momentum = 0, o.weightDecay = 0, o.lrStep = 0;
+  if (vm.count("optimizer") && o.optimizer != d.optimizer) o.momentum = 0, o.weightDecay = 0, o.lrSchedule = "step", o.lrStep = 0;
   take(vm, "epochs", o.epochs);
   take(vm, "batch-size", o.batchSize);
   take(vm, "lr", o.lr);
   take(vm, "momentum", o.momentum);
   take(vm, "weight-decay", o.weightDecay);
+  take(vm, "lr-schedule", o.lrSchedule);
+  if (vm.count("lr-step") && !vm.count("lr-schedule")) o.lrSchedule = "step";
   take(vm, "lr-step", o.lrStep);
   take(vm, "lr-decay", o.lrDecay);
   take(vm, "seed", o.seed);
@@ -160,6 +166,8 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
   XS_CHECK(o.lr > 0, UsageError, fmt::format("--lr {}: the learning rate must be positive", o.lr));
   XS_CHECK(o.momentum >= 0 && o.momentum < 1, UsageError, fmt::format("--momentum {}: use a value in [0, 1)", o.momentum));
   XS_CHECK(o.weightDecay >= 0, UsageError, fmt::format("--weight-decay {}: must not be negative", o.weightDecay));
+  XS_CHECK(o.lrSchedule == "step" || o.lrSchedule == "onecycle", UsageError,
+           fmt::format("--lr-schedule {}: unknown schedule; use step or onecycle", o.lrSchedule));
   XS_CHECK(o.lrStep >= 0, UsageError, fmt::format("--lr-step {}: must not be negative (0 keeps the rate constant)", o.lrStep));
   XS_CHECK(o.lrDecay > 0 && o.lrDecay <= 1, UsageError, fmt::format("--lr-decay {}: use a factor in (0, 1]", o.lrDecay));
   XS_CHECK(o.precision == "fp32" || o.precision == "bf16", UsageError,
@@ -210,7 +218,7 @@ std::string describe(const TrainOptions& o) {
   std::string opt = o.optimizer == "sgd"
                         ? fmt::format("sgd lr {:g} momentum {:g} weight decay {:g}", o.lr, o.momentum, o.weightDecay)
                         : fmt::format("adam lr {:g} weight decay {:g}", o.lr, o.weightDecay);
-  std::string sched = o.lrStep > 0 ? fmt::format(", x{:g} every {} epoch{}", o.lrDecay, o.lrStep, o.lrStep > 1 ? "s" : "") : "";
+  std::string sched = o.lrSchedule == "onecycle" ? ", one cycle" : o.lrStep > 0 ? fmt::format(", x{:g} every {} epoch{}", o.lrDecay, o.lrStep, o.lrStep > 1 ? "s" : "") : "";
   return fmt::format("{} on {} {}x{}, {} epochs, batch {} per worker, {}{}, {}, seed {}", o.model, o.dataset,
                      o.imageSize, o.imageSize, o.epochs, o.batchSize, opt, sched, o.precision, o.seed);
 }

@@ -24,6 +24,7 @@ struct TrainOptions {
   double lr = 0;
   double momentum = 0;
   double weightDecay = 0;
+  std::string lrSchedule = "step";  // step (StepLR by epoch) | onecycle (OneCycleLR by step, --lr its peak)
   int lrStep = 0;           // epochs between decays (0: constant learning rate)
   double lrDecay = 0.1;
   std::uint64_t seed = 1234;

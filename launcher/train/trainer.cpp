@@ -85,8 +85,14 @@ Trainer::Trainer(const TrainOptions& options)
 Trainer::~Trainer() = default;
 
 float Trainer::lrAt(std::int64_t epoch) const {
+  if (o_.lrSchedule == "onecycle") return lrOfStep(step_);
   if (o_.lrStep <= 0) return static_cast<float>(o_.lr);
   return optim::StepLR{o_.lr, o_.lrStep, o_.lrDecay}.at(static_cast<int>(epoch));
+}
+
+float Trainer::lrOfStep(std::int64_t step) const {
+  // The cycle spans the whole run (--epochs), so --max-steps stops the same run early.
+  return optim::OneCycleLR{o_.lr, loader_->batchesPerEpoch() * o_.epochs}.at(step);
 }
 
 void Trainer::metrics(nlohmann::json line) {
@@ -183,6 +189,7 @@ int Trainer::run() {
     info.epochs = o_.epochs;
     info.stepsInEpoch = perEpoch;
     while (auto b = loader_->next()) {
+      if (o_.lrSchedule == "onecycle") optimizer_->setLr(lrOfStep(step_));
       step(*b);
       ++step_, ++steps;
       inEpoch = b->index + 1;

@@ -1,7 +1,8 @@
-// test_optim.cpp: SGD and Adam updates against hand-computed PyTorch rules, and StepLr.
+// test_optim.cpp: SGD and Adam updates against hand-computed PyTorch rules, and the schedules.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 
 #include "xspawn/error.hpp"
 #include "xspawn/optim.hpp"
@@ -126,6 +127,24 @@ TEST(Optim, AdadeltaFollowsTorch) {
   optim::AdadeltaOptions bad;
   bad.rho = 1.5f;
   EXPECT_THROW(optim::Adadelta(f.ps, f.dev, bad), UsageError);
+}
+
+TEST(Optim, OneCycle) {
+  // torch.optim.lr_scheduler.OneCycleLR(max_lr=0.1, total_steps=10, cycle_momentum=False):
+  // 0.004 up to 0.1 at step 2 (0.3 * 10 - 1), down to 4e-7 at step 9, half cosines.
+  optim::OneCycleLR c{0.1, 10};
+  EXPECT_FLOAT_EQ(c.at(0), 0.004f);
+  EXPECT_FLOAT_EQ(c.at(1), 0.052f);
+  EXPECT_FLOAT_EQ(c.at(2), 0.1f);
+  EXPECT_NEAR(c.at(6), 4e-7 + (0.1 - 4e-7) / 2 * (std::cos(std::numbers::pi * 4 / 7) + 1), 1e-8);
+  EXPECT_FLOAT_EQ(c.at(9), 4e-7f);
+  EXPECT_FLOAT_EQ(c.at(20), 4e-7f);  // past the end: the last rate
+  optim::OneCycleLR linear{0.1, 10, 0.3, 25, 1e4, false};
+  EXPECT_FLOAT_EQ(linear.at(1), 0.052f);
+  EXPECT_NEAR(linear.at(6), 0.1 + (4e-7 - 0.1) * 4 / 7, 1e-8);
+  EXPECT_THROW((optim::OneCycleLR{0.1, 0}.at(0)), UsageError);
+  EXPECT_THROW((optim::OneCycleLR{0.1, 10, 1.0}.at(0)), UsageError);
+  EXPECT_THROW((optim::OneCycleLR{0.1, 10}.at(-1)), UsageError);
 }
 
 TEST(Optim, CosineAnnealing) {

@@ -15,6 +15,9 @@ TEST(TrainOptions, DefaultsFollowTheModel) {
   TrainOptions o = parseOptions({});
   EXPECT_EQ(o.model, "convnet");
   EXPECT_EQ(o.optimizer, "adam");
+  EXPECT_EQ(o.lrSchedule, "onecycle");
+  EXPECT_EQ(o.epochs, 4);
+  EXPECT_NE(describe(o).find("adam lr 0.003 weight decay 0, one cycle"), std::string::npos) << describe(o);
   TrainOptions a = parseOptions({"--model", "alexnet", "--dataset", "synthetic"});
   resolveDefaults(a);
   EXPECT_EQ(a.imageSize, 224);
@@ -39,6 +42,21 @@ TEST(TrainOptions, ExplicitValuesWin) {
   EXPECT_EQ(o.batchSize, 100);
   EXPECT_EQ(o.epochs, 3);
   EXPECT_EQ(o.imageSize, 32);
+}
+
+TEST(TrainOptions, LearningRateSchedules) {
+  // --lr-step alone means the step schedule; another optimizer than the model's drops the
+  // model's schedule; a bad name says which ones exist.
+  EXPECT_EQ(parseOptions({"--lr-step", "2"}).lrSchedule, "step");
+  EXPECT_EQ(parseOptions({"--optimizer", "sgd"}).lrSchedule, "step");
+  EXPECT_EQ(parseOptions({"--model", "resnet18", "--lr-schedule", "onecycle"}).lrSchedule, "onecycle");
+  try {
+    parseOptions({"--lr-schedule", "cosine"});
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--lr-schedule cosine: unknown schedule; use step or onecycle"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(TrainOptions, BadValuesThrow) {

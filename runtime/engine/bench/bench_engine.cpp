@@ -1,6 +1,7 @@
 // bench_engine.cpp: xspawn-bench-engine: one emulated core trains a model (forward, backward,
 // SGD step) on synthetic data; prints images/s, GFLOP/s and share of the measured peak, and
-// runs PyTorch (1 thread) on the identical model and batch in the same run for the ratio.
+// runs PyTorch (1 thread) on the identical model and batch in the same run for the ratio;
+// --all: every built-in model in both precisions in one table.
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -34,6 +35,7 @@ namespace {
 struct Args {
   std::string model = "convnet", precision = "fp32", json, torchScript;
   int batch = 100, imageSize = 0, iters = 10;
+  bool all = false, itersGiven = false;
 };
 
 double threadCpuSeconds() {
@@ -69,16 +71,43 @@ bench::Figures runEngine(const Args& a, Model& model, optim::Optimizer& opt, dou
   return {a.batch / t, t * 1e3, flopsPerImage * a.batch / t / 1e9, median(wall) * 1e3};
 }
 
+void writeJson(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return;
+  std::ofstream f(path);
+  XS_CHECK(f, UsageError, "cannot write --json file '" + path + "': check the directory");
+  f << j.dump(2) << "\n";
+}
+
 nlohmann::json figuresJson(const bench::Figures& f) {
   return {{"images_per_s", f.imagesPerSecond}, {"ms_per_step", f.msPerStep}, {"gflops", f.gflops},
           {"wall_ms_per_step", f.wallMsPerStep}};
 }
 
-int run(const Args& a) {
-  Precision prec = parsePrecision(a.precision);
-  const bool bf16 = prec == Precision::kBf16;
+// The peak of the unit a precision runs on: AVX-512 FMA for fp32 and for emulated bf16; AMX (or
+// else vdpbf16ps) for native bf16.
+struct Peak {
+  double gflops = 0;
+  std::string unit;
+};
+Peak measurePeak(const Device& dev) {
+  if (!nativeBf16(dev))
+    return {bench::measurePeakGflops(false), emulatesBf16(dev) ? "AVX-512 FMA, bf16 emulated" : "AVX-512 FMA"};
+  const double vector = bench::measurePeakGflops(true), amx = bench::measureAmxPeakGflops();
+  return {std::max(vector, amx), amx > 0 ? "AMX tdpbf16ps" : "vdpbf16ps"};
+}
+
+// One model at one precision: the engine's figures and the peak measured right before them.
+struct Result {
+  bench::Figures eng;
+  Peak peak;
+  double flopsPerImage = 0;
+  int imageSize = 0;
+  std::string device;
+  double peakMiB = 0;
+};
+Result benchModel(const Args& a) {
   DeviceOptions dopt;
-  dopt.precision = prec;
+  dopt.precision = parsePrecision(a.precision);
   dopt.memoryBytes = std::size_t{16} << 30;
   Device dev(dopt);
   models::ModelConfig cfg;
@@ -87,14 +116,26 @@ int run(const Args& a) {
   cfg.seed = 1234;
   Model model(dev, models::network(cfg), (cfg).seed);
   auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.01f, 0.9f});
-  const int size = model.inputShape()[1];
-  const double flops = 3.0 * model.forwardFlopsPerSample();  // forward + two backward products
-  // The matrix unit's peak: AVX-512 FMA for fp32; AMX (or else vdpbf16ps) for bf16.
-  const double vectorPeak = bench::measurePeakGflops(bf16);
-  const double amxPeak = bf16 ? bench::measureAmxPeakGflops() : 0;
-  const double peak = std::max(vectorPeak, amxPeak);
-  const std::string peakName = !bf16 ? "AVX-512 FMA" : amxPeak > 0 ? "AMX tdpbf16ps" : "vdpbf16ps";
-  bench::Figures eng = runEngine(a, model, *opt, flops);
+  Result r;
+  r.imageSize = model.inputShape()[1];
+  r.flopsPerImage = 3.0 * model.forwardFlopsPerSample();  // forward + two backward products
+  r.peak = measurePeak(dev);
+  r.eng = runEngine(a, model, *opt, r.flopsPerImage);
+  r.device = dev.name();
+  r.peakMiB = dev.peak() / 1048576.0;
+  return r;
+}
+
+std::string percentOf(double gflops, const Peak& p) {
+  return p.gflops > 0 ? fmt::format("{:.1f}", 100 * gflops / p.gflops) : "n/a";
+}
+
+int run(const Args& a) {
+  const bool bf16 = parsePrecision(a.precision) == Precision::kBf16;
+  Result res = benchModel(a);
+  const bench::Figures& eng = res.eng;
+  const double flops = res.flopsPerImage;
+  const int size = res.imageSize;
 
   // PyTorch at the same precision; a bf16 run also shows PyTorch's fp32 baseline.
   std::string script = a.torchScript.empty() ? bench::defaultTorchScript() : a.torchScript;
@@ -104,21 +145,22 @@ int run(const Args& a) {
     if (auto& f = peers.back().second.figures) f->gflops = flops * f->imagesPerSecond / 1e9;
   }
 
-  fmt::print("engine bench: {} batch {} image {}x{} {} on {} (conv {}, gemm {}), {} steps, median\n",
-             a.model, a.batch, size, size, a.precision, dev.name(), convBackendName(convBackend()),
-             gemmBackendName(gemmBackend()), a.iters);
+  fmt::print("engine bench: {} batch {} image {}x{} {}{} on {} (conv {}, gemm {}), {} steps, median\n",
+             a.model, a.batch, size, size, a.precision, bf16 ? fmt::format(" ({})", bf16ModeName(bf16Mode())) : "",
+             res.device, convBackendName(convBackend()), gemmBackendName(gemmBackend()), a.iters);
   fmt::print("{:<14} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}\n", "", "images/s", "ms/step", "GFLOP/s",
              "% peak", "ratio", "wall ms");
   auto row = [&](const std::string& who, const bench::Figures& f) {
     fmt::print("{:<14} {:>9.1f} {:>9.2f} {:>9.1f} {:>8} {:>6.2f}x {:>9.2f}\n", who, f.imagesPerSecond,
-               f.msPerStep, f.gflops, peak > 0 ? fmt::format("{:.1f}", 100 * f.gflops / peak) : "n/a",
-               eng.imagesPerSecond / f.imagesPerSecond, f.wallMsPerStep);
+               f.msPerStep, f.gflops, percentOf(f.gflops, res.peak), eng.imagesPerSecond / f.imagesPerSecond,
+               f.wallMsPerStep);
   };
   row("xspawn " + a.precision, eng);
   nlohmann::json j = {{"model", a.model}, {"batch", a.batch}, {"image_size", size},
                       {"precision", a.precision}, {"iters", a.iters},
                       {"conv", convBackendName(convBackend())}, {"gemm", gemmBackendName(gemmBackend())},
-                      {"peak_gflops", peak}, {"peak_unit", peakName}, {"gflop_per_image", flops / 1e9},
+                      {"bf16_mode", bf16ModeName(bf16Mode())},
+                      {"peak_gflops", res.peak.gflops}, {"peak_unit", res.peak.unit}, {"gflop_per_image", flops / 1e9},
                       {"engine", figuresJson(eng)}};
   for (auto& [p, r] : peers) {
     std::string key = p == a.precision ? "pytorch" : "pytorch_" + p;
@@ -136,12 +178,49 @@ int run(const Args& a) {
   fmt::print("images/s and ms/step from each step's thread CPU time (median); ratio = xspawn images/s / "
              "row images/s; peak of this core: {:.1f} GFLOP/s measured ({}); "
              "{:.4f} GFLOP per image (fwd+bwd); device peak memory {:.1f} MiB\n",
-             peak, peakName, flops / 1e9, dev.peak() / 1048576.0);
-  if (!a.json.empty()) {
-    std::ofstream f(a.json);
-    XS_CHECK(f, UsageError, "cannot write --json file '" + a.json + "': check the directory");
-    f << j.dump(2) << "\n";
+             res.peak.gflops, res.peak.unit, flops / 1e9, res.peakMiB);
+  writeJson(a.json, j);
+  return 0;
+}
+
+// --all: every built-in model at its `xspawn train` batch (AlexNet also at 64x64), fp32 then
+// bf16, each against the peak of the unit it runs on, with bf16's speed over fp32's.
+struct Case {
+  const char* model;
+  int batch, imageSize, iters;
+};
+constexpr Case kAllCases[] = {{"mlp", 64, 0, 50},      {"lenet5", 64, 0, 50},  {"convnet", 16, 0, 50},
+                              {"alexnet", 32, 64, 10}, {"alexnet", 32, 224, 3}, {"resnet18", 128, 32, 3}};
+
+int runAll(const Args& base) {
+  fmt::print("engine bench --all: one core, forward + backward + SGD step; bf16 is {} here "
+             "(XS_ENGINE_BF16); median step of each row's thread CPU time\n", bf16ModeName(bf16Mode()));
+  fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9} {:>9} {:>8} {:>7}  {:<28} {:>9}\n", "model", "batch", "image", "prec",
+             "images/s", "ms/step", "GFLOP/s", "% peak", "peak (GFLOP/s, unit)", "bf16/fp32");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Case& c : kAllCases) {
+    double fp32Rate = 0;
+    for (const char* precision : {"fp32", "bf16"}) {
+      Args a = base;
+      a.model = c.model, a.batch = c.batch, a.imageSize = c.imageSize, a.precision = precision;
+      a.iters = base.itersGiven ? base.iters : c.iters;
+      const Result r = benchModel(a);
+      const bool isBf16 = a.precision == "bf16";
+      if (!isBf16) fp32Rate = r.eng.imagesPerSecond;
+      fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9.1f} {:>9.2f} {:>8.1f} {:>7}  {:<28} {:>9}\n", c.model, c.batch,
+                 r.imageSize, precision, r.eng.imagesPerSecond, r.eng.msPerStep, r.eng.gflops,
+                 percentOf(r.eng.gflops, r.peak), fmt::format("{:.1f} {}", r.peak.gflops, r.peak.unit),
+                 isBf16 ? fmt::format("{:.2f}x", r.eng.imagesPerSecond / fp32Rate) : "");
+      std::fflush(stdout);
+      rows.push_back({{"model", c.model}, {"batch", c.batch}, {"image_size", r.imageSize}, {"precision", precision},
+                      {"iters", a.iters}, {"bf16_mode", bf16ModeName(bf16Mode())}, {"peak_gflops", r.peak.gflops},
+                      {"peak_unit", r.peak.unit}, {"gflop_per_image", r.flopsPerImage / 1e9},
+                      {"engine", figuresJson(r.eng)}});
+    }
   }
+  fmt::print("% peak: nominal FLOPs (3x the forward's multiply-adds x 2) over the peak the bench measured on "
+             "this core right before the row; PyTorch peers: one model at a time (--model)\n");
+  writeJson(base.json, rows);
   return 0;
 }
 
@@ -158,7 +237,8 @@ int main(int argc, char** argv) {
       ("precision", po::value(&a.precision)->default_value(a.precision), "fp32 or bf16")
       ("iters", po::value(&a.iters)->default_value(a.iters), "timed steps (after 2 warm-up steps)")
       ("json", po::value(&a.json), "also write the results to this JSON file")
-      ("torch-script", po::value(&a.torchScript), "PyTorch peer script (default: ../scripts/bench_engine_torch.py)");
+      ("torch-script", po::value(&a.torchScript), "PyTorch peer script (default: ../scripts/bench_engine_torch.py)")
+      ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (no PyTorch peers; --iters then applies to every row)");
   try {
     po::variables_map vm;
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
@@ -167,10 +247,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
+    a.all = vm.count("all") > 0;
+    a.itersGiven = !vm["iters"].defaulted();
     XS_CHECK(a.batch > 0, UsageError, "--batch must be positive");
     XS_CHECK(a.iters > 0, UsageError, "--iters must be positive");
     XS_CHECK(a.imageSize >= 0, UsageError, "--image-size must be 0 or positive");
-    return run(a);
+    return a.all ? runAll(a) : run(a);
   } catch (const po::error& e) {
     std::fprintf(stderr, "xspawn-bench-engine: error: %s (try --help)\n", e.what());
     return 2;

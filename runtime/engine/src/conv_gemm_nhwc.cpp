@@ -69,7 +69,7 @@ struct Patches {
 };
 Patches patches(Device& dev, const float* x, const ConvGeom& g, int n0, int nb) {
   const std::size_t n = static_cast<std::size_t>(nb) * g.oh() * g.ow() * g.kh * g.kw * g.c;
-  if (dev.precision() == Precision::kBf16 && gemmBackend() == GemmBackend::kOneDnn && cpuHasBf16()) {
+  if (nativeBf16(dev) && gemmBackend() == GemmBackend::kOneDnn && cpuHasBf16()) {
     auto* col = reinterpret_cast<std::uint16_t*>(dev.scratch(kColSlot, (n + 1) / 2));
     im2colNhwc(col, x, g, n0, nb);
     return {col, true};

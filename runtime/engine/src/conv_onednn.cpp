@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "conv_onednn.hpp"
+#include "gemm.hpp"
 #include "onednn_context.hpp"
 #include "xspawn/error.hpp"
 #include "xspawn/engine/tensor.hpp"
@@ -65,7 +66,27 @@ struct Entry {
   std::size_t scratchpadBytes = 0;
   // keepSrc: the converted x of each call site (by x's address), kept from forward to backward.
   std::unordered_map<const float*, Tensor> keptSrc;
+  // Emulated bf16 (gemm.hpp): x of each call site, w and dy rounded to bf16, in our layouts.
+  std::unordered_map<const float*, Tensor> roundedSrc;
+  Tensor roundedWei, roundedDiffDst, roundedStage;
 };
+
+// The kept tensor of call site x (keptSrc, roundedSrc). At most kKeptSites per geometry, so a
+// caller passing a fresh buffer every step does not grow them without bound: past that both
+// maps start again (keptSrc is keyed by rounded copies' addresses), and a backward that finds
+// its x dropped converts it again.
+constexpr std::size_t kKeptSites = 16;
+Tensor& keptFor(Entry& e, std::unordered_map<const float*, Tensor>& sites, const float* x) {
+  if (sites.size() >= kKeptSites && sites.find(x) == sites.end()) {
+    e.keptSrc.clear();
+    e.roundedSrc.clear();
+  }
+  return sites[x];
+}
+
+std::size_t srcCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.c * g.h * g.w; }
+std::size_t weiCount(const ConvGeom& g) { return static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw; }
+std::size_t dstCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.oc * g.oh() * g.ow(); }
 
 constexpr int kScratchpadSlot = 3;  // Device scratch slot (0-2: im2col, 4-5: GEMM)
 
@@ -88,7 +109,8 @@ std::map<Key, std::unique_ptr<Entry>>& cache(Device& dev) {
 
 std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool winograd) {
   auto& eng = oneDnnContext().eng;
-  const dt act = dev.precision() == Precision::kBf16 ? dt::bf16 : dt::f32;
+  // Emulated bf16 runs the fp32 primitives on rounded operands (the callers round them).
+  const dt act = nativeBf16(dev) ? dt::bf16 : dt::f32;
   memory::dims srcD{g.n, g.c, g.h, g.w}, weiD{g.oc, g.c, g.kh, g.kw}, dstD{g.n, g.oc, g.oh(), g.ow()};
   memory::dims strides{g.stride, g.stride}, pad{g.pad, g.pad};
   // fp32 channels-last: the primitives read and write our NHWC tensors as they are, without the
@@ -103,6 +125,8 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   // stay within the golden tests' tolerance of PyTorch's; a Winograd forward does not (its
   // rounding reaches ResNet-18's first weight gradient through the batch-norms), so the forward
   // stays direct. setConvWinograd(false) or $XS_ENGINE_WINOGRAD=0: direct everywhere.
+  // Emulated bf16 takes them too: they compute the convolution of its rounded operands with
+  // fp32 arithmetic, to the same tolerance as fp32's direct passes.
   const bool wino = act == dt::f32 && winograd && g.kh == 3 && g.kw == 3 && g.stride == 1 && g.c >= 16;
   const auto direct = dnnl::algorithm::convolution_direct;
   const auto back = wino ? dnnl::algorithm::convolution_winograd : direct;
@@ -185,9 +209,13 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
   Entry* e = entry(dev, g, b != nullptr);
   if (!e) return false;
   auto& c = oneDnnContext();
+  if (emulatesBf16(dev)) {
+    x = roundedCopy(dev, g.keepSrc ? keptFor(*e, e->roundedSrc, x) : e->roundedStage, x, srcCount(g));
+    w = roundedCopy(dev, e->roundedWei, w, weiCount(g));
+  }
   float* keep = nullptr;
   if (g.keepSrc && !e->src.same) {
-    Tensor& k = e->keptSrc[x];
+    Tensor& k = keptFor(*e, e->keptSrc, x);
     if (k.empty()) k = Tensor(dev, Shape{static_cast<int>((e->src.inner.get_size() + 3) / 4)}, "convolution staging");
     keep = k.data();
   }
@@ -206,10 +234,18 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   Entry* e = entry(dev, g, db != nullptr);
   if (!e) return false;
   auto& c = oneDnnContext();
+  bool keptValid = g.keepSrc;
+  if (emulatesBf16(dev)) {  // x as the forward rounded it; bf16 dy is exact in the fp32 kernels
+    auto r = g.keepSrc ? e->roundedSrc.find(x) : e->roundedSrc.end();
+    keptValid = r != e->roundedSrc.end();
+    x = keptValid ? r->second.data() : roundedCopy(dev, e->roundedStage, x, srcCount(g));
+    w = roundedCopy(dev, e->roundedWei, w, weiCount(g));
+    if (!g.dyBf16) dy = roundedCopy(dev, e->roundedDiffDst, dy, dstCount(g));
+  }
   // Blocked dy and dx (g.dyBlocked / g.dxBlocked) are already in the primitives' layout.
   memory diffDst = g.dyBlocked ? memory(e->bwDiffDst.inner, c.eng, const_cast<float*>(dy)) : e->bwDiffDst.in(dy);
   memory src;
-  auto kept = g.keepSrc && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
+  auto kept = keptValid && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
   if (kept != e->keptSrc.end()) src = memory(e->bwSrc.inner, c.eng, kept->second.data());
   else src = e->bwSrc.in(x);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},

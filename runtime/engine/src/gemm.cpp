@@ -56,6 +56,16 @@ void pack(const float* X, int ld, bool trans, int rows, int cols, float* out, bo
     }
 }
 
+// The stored [rows, cols] block of X (row stride ld) rounded to bf16, dense, in scratch slot.
+const float* roundedDense(Device& dev, int slot, const float* X, int ld, int rows, int cols) {
+  float* out = dev.scratch(slot, static_cast<std::size_t>(rows) * cols);
+  if (ld == cols) roundToBf16(X, out, static_cast<std::size_t>(rows) * cols);
+  else
+    for (int r = 0; r < rows; ++r)
+      roundToBf16(X + static_cast<std::size_t>(r) * ld, out + static_cast<std::size_t>(r) * cols, cols);
+  return out;
+}
+
 void scaleC(int M, int N, float beta, float* C, int ldc) {
   for (int i = 0; i < M; ++i) {
     float* c = C + static_cast<std::size_t>(i) * ldc;
@@ -90,6 +100,35 @@ bool cpuHasBf16() {
   return __builtin_cpu_supports("avx512bf16");
 }
 
+namespace {
+Bf16Mode autoBf16Mode() {
+  __builtin_cpu_init();
+  if (!cpuHasBf16()) return Bf16Mode::kEmulated;  // oneDNN would emulate bf16 itself, slower
+  return __builtin_cpu_supports("amx-bf16") || __builtin_cpu_is("amd") ? Bf16Mode::kNative : Bf16Mode::kEmulated;
+}
+Bf16Mode& bf16ModeSlot() {
+  static Bf16Mode m = [] {
+    const char* env = std::getenv("XS_ENGINE_BF16");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "auto") return autoBf16Mode();
+    if (v == "native") return Bf16Mode::kNative;
+    XS_CHECK(v == "emulated", UsageError,
+             "XS_ENGINE_BF16=" + v + ": use auto, native (oneDNN's bf16 kernels) or emulated (fp32 kernels on "
+             "operands rounded to bf16)");
+    return Bf16Mode::kEmulated;
+  }();
+  return m;
+}
+}  // namespace
+
+const char* bf16ModeName(Bf16Mode m) { return m == Bf16Mode::kNative ? "native" : "emulated"; }
+Bf16Mode bf16Mode() { return bf16ModeSlot(); }
+void setBf16Mode(Bf16Mode m) { bf16ModeSlot() = m; }
+bool emulatesBf16(const Device& dev) {
+  return dev.precision() == Precision::kBf16 && bf16Mode() == Bf16Mode::kEmulated;
+}
+bool nativeBf16(const Device& dev) { return dev.precision() == Precision::kBf16 && bf16Mode() == Bf16Mode::kNative; }
+
 std::uint16_t toBf16Bits(float x) {
   std::uint32_t u;
   std::memcpy(&u, &x, 4);
@@ -105,8 +144,30 @@ float roundToBf16(float x) {
   return r;
 }
 
+// Branch-free, so it vectorises: nearest even on the 16 dropped bits; a NaN stays a (quiet) NaN.
+__attribute__((target_clones("avx512f", "avx2", "default")))
 void roundToBf16(const float* src, float* dst, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = roundToBf16(src[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, src + i, 4);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const std::uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : rounded;
+    std::memcpy(dst + i, &r, 4);
+  }
+}
+
+const float* roundedCopy(Device& dev, Tensor& t, const float* src, std::size_t n) {
+  t.ensure(dev, Shape{static_cast<int>(n)}, "bf16-rounded operand");
+  roundToBf16(src, t.data(), n);
+  return t.data();
+}
+
+void gemmOfRounded(Device& dev, bool transA, bool transB, int M, int N, int K, const float* A, int lda,
+                   const float* B, int ldb, float beta, float* C, int ldc) {
+  if (emulatesBf16(dev) && gemmBackend() == GemmBackend::kOneDnn && M > 0 && N > 0 && K > 0)
+    sgemmOneDnn(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  else
+    gemm(dev, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(Device& dev, bool transA, bool transB, int M, int N, int K, const float* A, int lda,
@@ -119,6 +180,12 @@ void gemm(Device& dev, bool transA, bool transB, int M, int N, int K, const floa
   }
   bool bf16 = dev.precision() == Precision::kBf16;
   GemmBackend b = gemmBackend();
+  if (b == GemmBackend::kOneDnn && emulatesBf16(dev)) {  // oneDNN's sgemm on rounded dense copies
+    const float* a = roundedDense(dev, 4, A, lda, transA ? K : M, transA ? M : K);
+    const float* bb = roundedDense(dev, 5, B, ldb, transB ? N : K, transB ? K : N);
+    sgemmOneDnn(transA, transB, M, N, K, a, transA ? M : K, bb, transB ? K : N, beta, C, ldc);
+    return;
+  }
   if (b == GemmBackend::kOneDnn) {
     if (gemmOneDnn(dev, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
     b = GemmBackend::kOpenBlas;  // exact bf16 emulation below

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "xspawn/engine/device.hpp"
+#include "xspawn/engine/tensor.hpp"
 
 namespace xs::engine {
 
@@ -27,12 +28,41 @@ void setGemmBackend(GemmBackend b);
 void gemm(Device& dev, bool transA, bool transB, int M, int N, int K, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
 
-// Rounds to the nearest bfloat16 (ties to even), returned as a float / as its 16 bits.
+// Rounds to the nearest bfloat16 (ties to even), returned as a float / as its 16 bits; the
+// array form is vectorised (src == dst allowed).
 float roundToBf16(float x);
 std::uint16_t toBf16Bits(float x);
 void roundToBf16(const float* src, float* dst, std::size_t n);
 
-// True when this CPU has AVX512-BF16 (vdpbf16ps); bf16 then runs natively in oneDNN.
+// src (n floats) rounded to bf16 into t, which grows to fit: emulated bf16's operands, rounded
+// once where a caller reuses them (a weight in forward and backward).
+const float* roundedCopy(Device& dev, Tensor& t, const float* src, std::size_t n);
+// gemm() on operands that are bf16 values already (roundedCopy): no second rounding.
+void gemmOfRounded(Device& dev, bool transA, bool transB, int M, int N, int K, const float* A, int lda,
+                   const float* B, int ldb, float beta, float* C, int ldc);
+
+// fp32 C = op(A) * op(B) + beta * C through oneDNN's sgemm, whatever dev's precision.
+// (gemm_onednn.cpp)
+void sgemmOneDnn(bool transA, bool transB, int M, int N, int K, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc);
+
+// True when this CPU has AVX512-BF16 (vdpbf16ps).
 bool cpuHasBf16();
+
+// How bf16 precision runs. kNative: oneDNN's bf16 kernels (AMX tiles, or vdpbf16ps).
+// kEmulated: the operands are rounded to bf16 and the fp32 kernels run on them. A product of
+// two bf16 values is exact in fp32, so both compute the matrix unit's numerics (bf16 products,
+// fp32 accumulation); only the order of the sums differs, so weights are bitwise reproducible
+// per CPU and mode. The default (auto) is native with AMX or on AMD CPUs with AVX512-BF16, and
+// emulated elsewhere: on Intel CPUs without AMX vdpbf16ps runs at half the FMA units' rate
+// (docs/engine.md). $XS_ENGINE_BF16=auto|native|emulated overrides it for the process.
+enum class Bf16Mode { kNative, kEmulated };
+const char* bf16ModeName(Bf16Mode m);
+Bf16Mode bf16Mode();
+void setBf16Mode(Bf16Mode m);
+// True when dev computes in bf16 by emulation (precision bf16, mode kEmulated).
+bool emulatesBf16(const Device& dev);
+// True when dev feeds bf16 operands to oneDNN's bf16 kernels (precision bf16, mode kNative).
+bool nativeBf16(const Device& dev);
 
 }  // namespace xs::engine

@@ -75,14 +75,18 @@ dnnl::memory::desc matrixDesc(int rows, int cols, bool trans, dnnl::memory::data
 
 }  // namespace
 
+void sgemmOneDnn(bool transA, bool transB, int M, int N, int K, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc) {
+  detail::oneDnnContext();  // one thread
+  dnnl_status_t st = dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+  XS_CHECK(st == dnnl_success, BackendError,
+           fmt::format("oneDNN sgemm failed (status {}) for M={} N={} K={}", int(st), M, N, K));
+}
+
 bool gemmOneDnn(Device& dev, bool transA, bool transB, int M, int N, int K, const float* A,
                 int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (dev.precision() == Precision::kFp32) {
-    detail::oneDnnContext();  // one thread
-    dnnl_status_t st = dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, 1.f, A, lda, B,
-                                  ldb, beta, C, ldc);
-    XS_CHECK(st == dnnl_success, BackendError,
-             fmt::format("oneDNN sgemm failed (status {}) for M={} N={} K={}", int(st), M, N, K));
+    sgemmOneDnn(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
     return true;
   }
   return detail::gemmBf16(dev, transA, transB, M, N, K, A, false, lda, B, false, ldb, beta, C, ldc);

@@ -52,14 +52,14 @@ class Linear : public Module {
     x_ = &x;
     int B = x.shape()[0];
     y_.ensure(ctx.dev, Shape{B, out_}, "activations");
-    linearForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_), ctx.params.value(b_), B, in_, out_);
+    linearForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_), ctx.params.value(b_), B, in_, out_, &rounded_);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     int B = dy.shape()[0];
     if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
     linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
-                   ctx.params.grad(b_), dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_);
+                   ctx.params.grad(b_), dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_, &rounded_);
     ctx.gradsReady(w_, b_);
     return dx_;
   }
@@ -67,6 +67,7 @@ class Linear : public Module {
  private:
   int in_, out_;
   std::size_t w_ = 0, b_ = 0;
+  RoundedOperands rounded_;  // emulated bf16 only
 };
 
 class Conv2d : public Module {

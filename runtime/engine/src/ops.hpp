@@ -13,12 +13,17 @@
 namespace xs::engine {
 
 // ---- linear: y = x w^T + b -------------------------------------------------------------
-// x [B, I], w [O, I], b [O] (may be null) -> y [B, O]
+// Emulated bf16 (gemm.hpp): a layer's operands rounded to bf16 once per step. Forward rounds w
+// and x and keeps them for backward (the weights change only after it); backward rounds dy.
+struct RoundedOperands {
+  Tensor w, x, dy;
+};
+// x [B, I], w [O, I], b [O] (may be null) -> y [B, O]; r: the layer's rounded operands.
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
-                   int I, int O);
-// dy [B, O] -> dx [B, I] (skipped when null), dw [O, I] +=, db [O] +=
+                   int I, int O, RoundedOperands* r = nullptr);
+// dy [B, O] -> dx [B, I] (skipped when null), dw [O, I] +=, db [O] +=; r as forward left it.
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
-                    const float* w, int B, int I, int O);
+                    const float* w, int B, int I, int O, RoundedOperands* r = nullptr);
 
 // ---- conv2d (square stride, symmetric padding, no dilation or groups) -----------------------
 struct ConvGeom {

@@ -91,19 +91,31 @@ void nchwToNhwc(float* dst, const float* src, int n, int c, int hw) { transposeI
 void nhwcToNchw(float* dst, const float* src, int n, int c, int hw) { transposeImages(dst, src, n, hw, c); }
 
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
-                   int I, int O) {
+                   int I, int O, RoundedOperands* r) {
   // y [B, O] = x [B, I] * w^T [I, O]
   if (b)
     for (int i = 0; i < B; ++i) std::memcpy(y + static_cast<std::size_t>(i) * O, b, O * sizeof(float));
+  if (r && emulatesBf16(dev)) {
+    x = roundedCopy(dev, r->x, x, static_cast<std::size_t>(B) * I);
+    w = roundedCopy(dev, r->w, w, static_cast<std::size_t>(O) * I);
+    gemmOfRounded(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
+    return;
+  }
   gemm(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
 }
 
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
-                    const float* w, int B, int I, int O) {
-  // dw [O, I] += dy^T [O, B] * x [B, I]
-  gemm(dev, true, false, O, I, B, dy, O, x, I, 1.f, dw, I);
+                    const float* w, int B, int I, int O, RoundedOperands* r) {
   if (db)
     for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
+  if (r && emulatesBf16(dev)) {  // x and w as forward rounded them
+    const float* dyr = roundedCopy(dev, r->dy, dy, static_cast<std::size_t>(B) * O);
+    gemmOfRounded(dev, true, false, O, I, B, dyr, O, r->x.data(), I, 1.f, dw, I);
+    if (dx) gemmOfRounded(dev, false, false, B, I, O, dyr, O, r->w.data(), I, 0.f, dx, I);
+    return;
+  }
+  // dw [O, I] += dy^T [O, B] * x [B, I]
+  gemm(dev, true, false, O, I, B, dy, O, x, I, 1.f, dw, I);
   // dx [B, I] = dy [B, O] * w [O, I]
   if (dx) gemm(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
 }
@@ -264,7 +276,7 @@ bool& blockedGradientsSlot() {
 void setBlockedGradients(bool on) { blockedGradientsSlot() = on; }
 
 bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
-  return blockedGradientsSlot() && dev.precision() == Precision::kFp32 && convBackend() == ConvBackend::kOneDnn &&
+  return blockedGradientsSlot() && !nativeBf16(dev) && convBackend() == ConvBackend::kOneDnn &&
          !detail::useNhwcGemm(g) && !g.dyBf16 && detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
 }
 

@@ -197,4 +197,21 @@ float CosineAnnealingLR::at(int epoch) const {
   return static_cast<float>(etaMin + (base - etaMin) * (1.0 + std::cos(std::numbers::pi * t / tMax)) / 2.0);
 }
 
+float OneCycleLR::at(std::int64_t step) const {
+  XS_CHECK(totalSteps > 0, UsageError, "OneCycleLR: totalSteps must be positive, got " + std::to_string(totalSteps));
+  XS_CHECK(pctStart > 0 && pctStart < 1, UsageError, "OneCycleLR: pctStart must be in (0, 1)");
+  XS_CHECK(divFactor > 0 && finalDivFactor > 0, UsageError, "OneCycleLR: the div factors must be positive");
+  XS_CHECK(step >= 0, UsageError, "OneCycleLR: step must be non-negative");
+  const double initial = maxLr / divFactor, last = initial / finalDivFactor;
+  // torch's phase ends: step pctStart * total - 1 reaches maxLr, step total - 1 the last rate.
+  const double peakStep = pctStart * static_cast<double>(totalSteps) - 1.0;
+  const double lastStep = static_cast<double>(totalSteps) - 1.0;
+  const double t = static_cast<double>(std::min<std::int64_t>(step, totalSteps - 1));
+  auto anneal = [this](double from, double to, double pct) {
+    return cosine ? to + (from - to) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0) : (to - from) * pct + from;
+  };
+  if (t <= peakStep) return static_cast<float>(anneal(initial, maxLr, peakStep > 0 ? t / peakStep : 1.0));
+  return static_cast<float>(anneal(maxLr, last, lastStep > peakStep ? (t - peakStep) / (lastStep - peakStep) : 1.0));
+}
+
 }  // namespace xs::optim

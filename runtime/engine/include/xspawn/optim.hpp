@@ -1,8 +1,8 @@
 // optim.hpp: optimizers with torch.optim's update rules (SGD with momentum, dampening, nesterov
 // and weight decay; Adam; AdamW; Adadelta), each stepping over a model's whole flat parameter
 // and gradient buffers at once, with named state buffers that checkpoints save; and the
-// learning-rate schedules StepLR and CosineAnnealingLR, as pure functions of the epoch so a
-// resumed run recomputes them.
+// learning-rate schedules StepLR and CosineAnnealingLR (of the epoch) and OneCycleLR (of the
+// step), as pure functions so a resumed run recomputes them.
 #pragma once
 
 #include <cstdint>
@@ -91,6 +91,20 @@ struct CosineAnnealingLR {
   int tMax = 10;
   double etaMin = 0.0;
   float at(int epoch) const;
+};
+
+// torch.optim.lr_scheduler.OneCycleLR (two phases, cycle_momentum=False) stepped once per
+// optimizer step, in closed form: from maxLr / divFactor up to maxLr over the first
+// pctStart * totalSteps steps, then down to maxLr / divFactor / finalDivFactor at the last
+// step, along a half cosine (cosine = true, torch's "cos") or a straight line ("linear").
+struct OneCycleLR {
+  double maxLr = 0.1;
+  std::int64_t totalSteps = 1;
+  double pctStart = 0.3;
+  double divFactor = 25.0;
+  double finalDivFactor = 1e4;
+  bool cosine = true;
+  float at(std::int64_t step) const;  // step 0 is the first optimizer step
 };
 
 }  // namespace xs::optim

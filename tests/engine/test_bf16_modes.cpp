@@ -1,0 +1,217 @@
+// test_bf16_modes.cpp: bf16 precision run natively (oneDNN's bf16 kernels) and emulated (fp32
+// kernels on operands rounded to bf16) computes the same numerics: bf16 products, fp32 sums.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "gemm.hpp"
+#include "golden_util.hpp"
+#include "ops.hpp"
+#include "test_util.hpp"
+#include "xspawn/engine/model.hpp"
+#include "xspawn/models.hpp"
+#include "xspawn/optim.hpp"
+
+namespace xs::engine {
+namespace {
+using namespace golden;
+
+// Sets the process-wide bf16 mode for one test and puts the previous one back.
+class ModeScope {
+ public:
+  explicit ModeScope(Bf16Mode m) : saved_(bf16Mode()) { setBf16Mode(m); }
+  ~ModeScope() { setBf16Mode(saved_); }
+
+ private:
+  Bf16Mode saved_;
+};
+
+std::uint32_t bitsOf(float v) {
+  std::uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+
+TEST(Bf16Modes, ArrayRoundingMatchesTheScalarOne) {
+  // Ties to even both ways, the largest finite values, infinities, NaNs, denormals, signs.
+  std::vector<float> v{0.f, -0.f, 1.f, 1.00390625f, 1.01171875f, 1.0078125f, -1.0078125f, 3.4e38f,
+                       -3.4e38f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(), 1e-40f};
+  for (float x : test::pattern(1000, 5)) v.push_back(x * 1e3f);
+  std::vector<float> out(v.size());
+  roundToBf16(v.data(), out.data(), v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i])) {
+      EXPECT_TRUE(std::isnan(out[i])) << i;
+      continue;
+    }
+    EXPECT_EQ(bitsOf(out[i]), bitsOf(roundToBf16(v[i]))) << i << ": " << v[i];
+    EXPECT_EQ(bitsOf(out[i]) & 0xffffu, 0u) << i;
+  }
+  roundToBf16(v.data(), v.data(), v.size());  // in place
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (!std::isnan(v[i])) EXPECT_EQ(bitsOf(v[i]), bitsOf(out[i])) << i;
+}
+
+// y = x w^T + b from the operands rounded to bf16, summed in double: what any bf16 matrix
+// unit with fp32 accumulation approximates to fp32's rounding of the sums.
+Vec linearReference(const Vec& x, const Vec& w, const Vec& b, int B, int I, int O) {
+  Vec y(static_cast<std::size_t>(B) * O);
+  for (int r = 0; r < B; ++r)
+    for (int o = 0; o < O; ++o) {
+      double s = b[o];
+      for (int i = 0; i < I; ++i)
+        s += static_cast<double>(roundToBf16(x[r * I + i])) * roundToBf16(w[o * I + i]);
+      y[r * O + o] = static_cast<float>(s);
+    }
+  return y;
+}
+
+TEST(Bf16Modes, EmulatedLinearComputesBf16Products) {
+  ModeScope mode(Bf16Mode::kEmulated);
+  Device dev(bf16Options());
+  constexpr int B = 5, I = 300, O = 7;
+  Vec x = test::pattern(B * I, 1), w = test::pattern(O * I, 2), b = test::pattern(O, 3);
+  RoundedOperands r;
+  Vec y(B * O);
+  linearForward(dev, y.data(), x.data(), w.data(), b.data(), B, I, O, &r);
+  expectClose("emulated linear", y.data(), linearReference(x, w, b, B, I, O), 1e-5, 1e-6);
+  // The same call without the layer's rounded copies (gemm() rounds itself): the same bits.
+  Vec y2(B * O);
+  linearForward(dev, y2.data(), x.data(), w.data(), b.data(), B, I, O);
+  EXPECT_EQ(y, y2);
+}
+
+// Forward and backward of fixture conv2d_2 at dev's precision, in one layout.
+std::vector<Vec> convPasses(Device& dev, bool nhwc) {
+  const json& k = fixture("ops.json")["conv2d_2"];
+  auto xs = dims(k["in0_shape"]), ws = dims(k["in1_shape"]);
+  Vec x = vec(k["in0"]), w = vec(k["in1"]), b = vec(k["in2"]), dy = vec(k["dy"]);
+  ConvGeom g{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], k["params"]["stride"], k["params"]["pad"]};
+  g.srcNhwc = g.dstNhwc = nhwc;
+  g.keepSrc = true;
+  Vec y(dy.size()), dx(x.size()), dw(w.size(), 0.f), db(b.size(), 0.f);
+  conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), g);
+  conv2dBackward(dev, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), g);
+  return {y, dx, dw, db};
+}
+
+TEST(Bf16Modes, EmulatedConvolutionMatchesItsRoundedOperandsInFp32) {
+  // Emulated bf16 on x, w, dy = fp32 on round(x), round(w), round(dy), to fp32's tolerance.
+  for (bool nhwc : {false, true}) {
+    std::vector<Vec> emulated;
+    {
+      ModeScope mode(Bf16Mode::kEmulated);
+      Device dev(bf16Options());
+      emulated = convPasses(dev, nhwc);
+    }
+    const json& k = fixture("ops.json")["conv2d_2"];
+    auto xs = dims(k["in0_shape"]), ws = dims(k["in1_shape"]);
+    Vec x = vec(k["in0"]), w = vec(k["in1"]), b = vec(k["in2"]), dy = vec(k["dy"]);
+    roundToBf16(x.data(), x.data(), x.size());
+    roundToBf16(w.data(), w.data(), w.size());
+    roundToBf16(dy.data(), dy.data(), dy.size());
+    ConvGeom g{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], k["params"]["stride"], k["params"]["pad"]};
+    g.srcNhwc = g.dstNhwc = nhwc;
+    Device fp32;
+    Vec y(dy.size()), dx(x.size()), dw(w.size(), 0.f), db(b.size(), 0.f);
+    conv2dForward(fp32, y.data(), x.data(), w.data(), b.data(), g);
+    conv2dBackward(fp32, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), g);
+    const char* names[] = {"y", "dx", "dw", "db"};
+    const Vec* want[] = {&y, &dx, &dw, &db};
+    for (int i = 0; i < 4; ++i) expectClose(std::string(names[i]) + (nhwc ? " nhwc" : " nchw"), emulated[i].data(), *want[i], 1e-5, 1e-5);
+  }
+}
+
+TEST(Bf16Modes, NativeAndEmulatedAgree) {
+  if (!cpuHasBf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU: only the emulated mode runs here";
+  for (bool nhwc : {false, true}) {
+    std::vector<Vec> native, emulated;
+    {
+      ModeScope mode(Bf16Mode::kNative);
+      Device dev(bf16Options());
+      native = convPasses(dev, nhwc);
+    }
+    {
+      ModeScope mode(Bf16Mode::kEmulated);
+      Device dev(bf16Options());
+      emulated = convPasses(dev, nhwc);
+    }
+    const char* names[] = {"y", "dx", "dw", "db"};
+    for (int i = 0; i < 4; ++i) expectClose(names[i], emulated[i].data(), native[i], 1e-4, 1e-5);
+  }
+}
+
+TEST(Bf16Modes, ConvnetTrainsTheSameInBothModes) {
+  // Eight SGD steps of the default model: the losses of the two modes stay within fp32's
+  // reordering noise of each other, and each mode repeats its own bits.
+  auto losses = [](Bf16Mode m) {
+    ModeScope mode(m);
+    Device dev(bf16Options());
+    models::ModelConfig c;
+    c.name = "convnet";
+    c.seed = 3;
+    Model model(dev, models::network(c), c.seed);
+    auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.05f, 0.9f});
+    auto x = test::pattern(16 * model.inputShape().numel(), 11);
+    std::vector<std::int32_t> y(16);
+    for (int i = 0; i < 16; ++i) y[i] = (i * 7) % 10;
+    std::vector<float> out;
+    for (int s = 0; s < 8; ++s) {
+      out.push_back(model.trainStep(x.data(), y.data(), 16).loss);
+      opt->step();
+    }
+    return out;
+  };
+  const auto emulated = losses(Bf16Mode::kEmulated);
+  EXPECT_EQ(emulated, losses(Bf16Mode::kEmulated));
+  EXPECT_LT(emulated.back(), emulated.front() * 0.9f);
+  if (!cpuHasBf16()) return;
+  const auto native = losses(Bf16Mode::kNative);
+  for (std::size_t i = 0; i < native.size(); ++i) EXPECT_NEAR(emulated[i], native[i], 2e-3 * std::fabs(native[i])) << i;
+}
+
+TEST(Bf16Modes, FreshInputBuffersEveryStepStayCorrect) {
+  // A caller passing a new x buffer at every step (past the 16 call sites a geometry keeps):
+  // each step's weight gradient equals the one of a device that saw only that step.
+  for (Bf16Mode m : {Bf16Mode::kEmulated, Bf16Mode::kNative}) {
+    if (m == Bf16Mode::kNative && !cpuHasBf16()) continue;
+    ModeScope mode(m);
+    const json& k = fixture("ops.json")["conv2d_2"];
+    auto xs = dims(k["in0_shape"]), ws = dims(k["in1_shape"]);
+    Vec w = vec(k["in1"]), dy = vec(k["dy"]);
+    ConvGeom g{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], k["params"]["stride"], k["params"]["pad"]};
+    g.srcNhwc = g.dstNhwc = true;
+    g.keepSrc = true;
+    auto pass = [&](Device& dev, const Vec& x) {
+      Vec y(dy.size()), dx(x.size()), dw(w.size(), 0.f);
+      conv2dForward(dev, y.data(), x.data(), w.data(), nullptr, g);
+      conv2dBackward(dev, dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), g);
+      return dw;
+    };
+    Device dev(bf16Options());
+    std::vector<Vec> inputs;  // all alive at once: 20 distinct addresses
+    for (int step = 0; step < 20; ++step) inputs.push_back(test::pattern(vec(k["in0"]).size(), 100 + step));
+    for (int step = 0; step < 20; ++step) {
+      Device fresh(bf16Options());
+      EXPECT_EQ(pass(dev, inputs[step]), pass(fresh, inputs[step])) << bf16ModeName(m) << " step " << step;
+    }
+  }
+}
+
+TEST(Bf16Modes, NamesAndTheDefault) {
+  EXPECT_STREQ(bf16ModeName(Bf16Mode::kNative), "native");
+  EXPECT_STREQ(bf16ModeName(Bf16Mode::kEmulated), "emulated");
+  Device fp32;
+  EXPECT_FALSE(emulatesBf16(fp32));
+  EXPECT_FALSE(nativeBf16(fp32));
+  Device bf16(bf16Options());
+  EXPECT_NE(emulatesBf16(bf16), nativeBf16(bf16));
+}
+
+}  // namespace
+}  // namespace xs::engine
