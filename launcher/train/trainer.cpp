@@ -84,15 +84,11 @@ Trainer::Trainer(const TrainOptions& options)
 
 Trainer::~Trainer() = default;
 
-float Trainer::lrAt(std::int64_t epoch) const {
-  if (o_.lrSchedule == "onecycle") return lrOfStep(step_);
+float Trainer::lrAt(std::int64_t epoch, std::int64_t step) const {
+  // One cycle spans the whole run (--epochs), so --max-steps stops the same run early.
+  if (o_.lrSchedule == "onecycle") return optim::OneCycleLR{o_.lr, loader_->batchesPerEpoch() * o_.epochs}.at(step);
   if (o_.lrStep <= 0) return static_cast<float>(o_.lr);
   return optim::StepLR{o_.lr, o_.lrStep, o_.lrDecay}.at(static_cast<int>(epoch));
-}
-
-float Trainer::lrOfStep(std::int64_t step) const {
-  // The cycle spans the whole run (--epochs), so --max-steps stops the same run early.
-  return optim::OneCycleLR{o_.lr, loader_->batchesPerEpoch() * o_.epochs}.at(step);
 }
 
 void Trainer::metrics(nlohmann::json line) {
@@ -179,7 +175,6 @@ int Trainer::run() {
   std::int64_t lastEpoch = std::max<std::int64_t>(firstEpoch_ - 1, 0);  // the epoch evaluations name
   for (std::int64_t epoch = firstEpoch_; epoch < o_.epochs && !stop; ++epoch) {
     lastEpoch = epoch;
-    optimizer_->setLr(lrAt(epoch));
     loader_->startEpoch(epoch);
     const auto epochStart = Clock::now();
     double lossSum = 0, correct = 0, seen = 0;
@@ -189,7 +184,7 @@ int Trainer::run() {
     info.epochs = o_.epochs;
     info.stepsInEpoch = perEpoch;
     while (auto b = loader_->next()) {
-      if (o_.lrSchedule == "onecycle") optimizer_->setLr(lrOfStep(step_));
+      optimizer_->setLr(lrAt(epoch, step_));
       step(*b);
       ++step_, ++steps;
       inEpoch = b->index + 1;

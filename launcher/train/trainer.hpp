@@ -30,8 +30,7 @@ class Trainer {
  private:
   // train_step, then optimizer_step with the step's loss and correct count.
   void step(const data::Batch& batch);
-  float lrAt(std::int64_t epoch) const;  // the rate an epoch starts with
-  float lrOfStep(std::int64_t step) const;  // --lr-schedule onecycle: the rate of a step
+  float lrAt(std::int64_t epoch, std::int64_t step) const;  // the rate of a step (--lr-schedule)
   void resume(const std::string& from);
   // On a restart of the job (xspawn --max-restarts), where to resume from: --checkpoint-dir
   // when it holds a checkpoint, else "" (start over).
