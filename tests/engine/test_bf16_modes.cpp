@@ -13,6 +13,7 @@
 #include "ops.hpp"
 #include "test_util.hpp"
 #include "xspawn/engine/model.hpp"
+#include "xspawn/nn.hpp"
 #include "xspawn/models.hpp"
 #include "xspawn/optim.hpp"
 
@@ -53,8 +54,10 @@ TEST(Bf16Modes, ArrayRoundingMatchesTheScalarOne) {
     EXPECT_EQ(bitsOf(out[i]) & 0xffffu, 0u) << i;
   }
   roundToBf16(v.data(), v.data(), v.size());  // in place
-  for (std::size_t i = 0; i < v.size(); ++i)
-    if (!std::isnan(v[i])) EXPECT_EQ(bitsOf(v[i]), bitsOf(out[i])) << i;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i])) continue;
+    EXPECT_EQ(bitsOf(v[i]), bitsOf(out[i])) << i;
+  }
 }
 
 // y = x w^T + b from the operands rounded to bf16, summed in double: what any bf16 matrix
@@ -200,6 +203,96 @@ TEST(Bf16Modes, FreshInputBuffersEveryStepStayCorrect) {
       Device fresh(bf16Options());
       EXPECT_EQ(pass(dev, inputs[step]), pass(fresh, inputs[step])) << bf16ModeName(m) << " step " << step;
     }
+  }
+}
+
+// Passes its input and gradient through untouched (the same tensors), and says it rounds its
+// input to bf16 as the convolution after it will: the pool before then writes rounded values.
+class Probe : public nn::Module {
+ public:
+  explicit Probe(bool* sawRounded) : sawRounded_(sawRounded) {}
+  Shape build(const Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
+  bool roundsInputToBf16() const override { return true; }
+  const Tensor& forward(const Tensor& x, nn::Context&) override {
+    *sawRounded_ = x.bf16Values();
+    return x;
+  }
+  const Tensor& backward(const Tensor& dy, nn::Context&) override { return dy; }
+
+ private:
+  bool* sawRounded_;
+};
+
+// A copy of its input and gradient in its own tensors, with none of their flags: the modules
+// around it round and lay out as if alone.
+class Opaque : public nn::Module {
+ public:
+  Shape build(const Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override { return copy(y_, x, ctx); }
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override { return copy(dx_, dy, ctx); }
+
+ private:
+  static const Tensor& copy(Tensor& to, const Tensor& from, nn::Context& ctx) {
+    to.ensure(ctx.dev, from.shape(), "copy");
+    to.setLayout(from.layout());
+    std::memcpy(to.data(), from.data(), from.numel() * sizeof(float));
+    return to;
+  }
+};
+
+// The weights after 3 SGD steps of a network from build(net, opaque) at batch 8.
+template <class Build>
+std::vector<float> trainedWeights(Precision p, Shape input, bool opaque, Build build) {
+  auto net = std::make_unique<nn::Sequential>();
+  build(*net, opaque);
+  Device dev(p == Precision::kBf16 ? bf16Options() : DeviceOptions{});
+  Model model(dev, {std::move(net), input, 10, "net"}, 5);
+  auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.05f, 0.9f});
+  auto x = test::pattern(8 * model.inputShape().numel(), 13);
+  std::vector<std::int32_t> y(8);
+  for (int i = 0; i < 8; ++i) y[i] = (i * 3) % 10;
+  for (int s = 0; s < 3; ++s) {
+    model.trainStep(x.data(), y.data(), 8);
+    opt->step();
+  }
+  return {model.params().values(), model.params().values() + model.params().size()};
+}
+
+TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
+  // Max-pools and ReLUs write their outputs (and the gradients of the layer before) already
+  // rounded when the layer next to them would round them: the same weights, bit for bit, as
+  // networks whose layers cannot see their neighbours (an Opaque copy between them).
+  bool sawRounded = false;
+  auto convnet = [&](nn::Sequential& n, bool opaque) {
+    auto after = [&](const std::string& name, bool probe) -> nn::Sequential& {
+      if (opaque) return n.add(name, std::make_unique<Opaque>());
+      return probe ? n.add(name, std::make_unique<Probe>(&sawRounded)) : n;
+    };
+    n.add("conv1", nn::Conv2d(1, 32, 5, 1, 1)).add("relu1", nn::ReLU()).add("pool1", nn::MaxPool2d(2));
+    after("after1", true).add("conv2", nn::Conv2d(32, 64, 3)).add("relu2", nn::ReLU()).add("pool2", nn::MaxPool2d(2, 1));
+    after("after2", false).add("conv3", nn::Conv2d(64, 128, 3)).add("relu3", nn::ReLU()).add("pool3", nn::MaxPool2d(2));
+    after("after3", false).add("flatten", nn::Flatten()).add("fc1", nn::Linear(2048, 10));
+  };
+  auto reluNet = [](nn::Sequential& n, bool opaque) {  // ReLUs before a convolution and linears
+    auto after = [&](const std::string& name) -> nn::Sequential& {
+      return opaque ? n.add(name, std::make_unique<Opaque>()) : n;
+    };
+    n.add("conv1", nn::Conv2d(1, 16, 3)).add("relu1", nn::ReLU());
+    after("after1").add("conv2", nn::Conv2d(16, 16, 3, 2)).add("relu2", nn::ReLU());
+    after("after2").add("flatten", nn::Flatten()).add("fc1", nn::Linear(0, 64)).add("relu3", nn::ReLU());
+    after("after3").add("fc2", nn::Linear(64, 10));
+  };
+  auto sameBits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (Precision p : {Precision::kBf16, Precision::kFp32}) {
+    ModeScope mode(Bf16Mode::kEmulated);
+    sawRounded = false;
+    EXPECT_TRUE(sameBits(trainedWeights(p, {1, 28, 28}, false, convnet), trainedWeights(p, {1, 28, 28}, true, convnet)))
+        << precisionName(p);
+    EXPECT_EQ(sawRounded, p == Precision::kBf16) << precisionName(p);
+    EXPECT_TRUE(sameBits(trainedWeights(p, {1, 12, 12}, false, reluNet), trainedWeights(p, {1, 12, 12}, true, reluNet)))
+        << precisionName(p);
   }
 }
 

@@ -1,7 +1,8 @@
 // test_pool_layouts.cpp: the channels-last max-pool kernels give the same bits as the NCHW ones
 // (PyTorch's scan order and tie rule): values, indices and gradients, with and without the fused
 // ReLU, over window shapes that overlap, pad, leave pixels uncovered and split channel blocks;
-// and the same gradients when dy or dx are in channel blocks of 16 (nChw16c).
+// and the same gradients when dy or dx are in channel blocks of 16 (nChw16c); the bf16-rounded
+// gradient and ReLU are the rounded ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "xspawn/error.hpp"
+#include "gemm.hpp"
 #include "ops.hpp"
 
 using namespace xs::engine;
@@ -132,4 +134,63 @@ TEST(PoolLayouts, BlockedGradientsNeedChannelsLastAndWholeBlocks) {
   g.c = 16;
   g.nhwc = false;
   EXPECT_THROW(maxPool2dBackward(dx.data(), dy.data(), am.data(), g), ShapeError);
+}
+
+TEST(PoolLayouts, RoundedGradientIsTheRoundedGradient) {
+  // dxRounded (emulated bf16, the convolution before rounds dx): each value is the rounding of
+  // the unrounded kernel's, in both dx layouts, with and without the fused ReLU.
+  const Case cases[] = {{32, 26, 26, 2, 2, 0}, {128, 8, 8, 2, 2, 0}, {16, 5, 7, 2, 2, 0}, {35, 9, 9, 3, 3, 0}};
+  for (const Case& cs : cases)
+    for (bool fused : {false, true})
+      for (bool blocked : {false, true}) {
+        if (blocked && cs.c % 16 != 0) continue;
+        PoolGeom g{2, cs.c, cs.h, cs.w, cs.k, cs.stride, cs.pad};
+        g.nhwc = true;
+        const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
+        const std::size_t ny = static_cast<std::size_t>(g.n) * g.c * g.oh() * g.ow();
+        auto x = ties(nx, static_cast<unsigned>(cs.c), false), dy = ties(ny, 3, false);
+        for (std::size_t i = 0; i < ny; ++i) dy[i] = dy[i] * 1.2345678f + 1e-3f * static_cast<float>(i % 7);
+        std::vector<float> y(ny), dx(nx), dxr(nx, 7.f), want(nx);
+        std::vector<std::int32_t> am(ny);
+        maxPool2dForward(y.data(), am.data(), x.data(), g);
+        if (fused) reluForward(y.data(), y.data(), ny);
+        g.dxBlocked = blocked;
+        maxPool2dBackward(dx.data(), dy.data(), am.data(), g, fused ? y.data() : nullptr);
+        roundToBf16(dx.data(), want.data(), nx);
+        g.dxRounded = true;
+        maxPool2dBackward(dxr.data(), dy.data(), am.data(), g, fused ? y.data() : nullptr);
+        EXPECT_TRUE(sameBits(want, dxr)) << "c" << cs.c << " " << cs.h << "x" << cs.w << (fused ? " relu" : "")
+                                         << (blocked ? " blocked" : "");
+      }
+}
+
+TEST(PoolLayouts, RoundedGradientNeedsTilingWindows) {
+  PoolGeom g{1, 16, 11, 11, 2, 1, 0};  // overlapping windows add into dx: no rounding in place
+  g.nhwc = true;
+  g.dxRounded = true;
+  std::vector<float> dy(16 * 100), dx(16 * 121);
+  std::vector<std::int32_t> am(16 * 100, 0);
+  EXPECT_THROW(maxPool2dBackward(dx.data(), dy.data(), am.data(), g), ShapeError);
+}
+
+TEST(PoolLayouts, ReluRoundedIsTheRoundedRelu) {
+  auto x = ties(4099, 9, true);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = x[i] * 1.0123456f + 1e-4f * static_cast<float>(i % 13);
+  x[5] = -0.f;
+  x[6] = std::numeric_limits<float>::denorm_min();
+  std::vector<float> y(x.size()), want(x.size());
+  reluForward(want.data(), x.data(), x.size());
+  roundToBf16(want.data(), want.data(), want.size());
+  reluRoundedToBf16(y.data(), x.data(), x.size());
+  EXPECT_TRUE(sameBits(want, y));
+}
+
+TEST(PoolLayouts, ReluBackwardRoundedIsTheRoundedGradient) {
+  auto y = ties(4099, 4, true), dy = ties(4099, 5, false);
+  for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = dy[i] * 1.0123456f + 1e-4f * static_cast<float>(i % 11);
+  std::vector<float> dx(y.size()), want(y.size());
+  reluBackward(want.data(), dy.data(), y.data(), y.size());
+  roundToBf16(want.data(), want.data(), want.size());
+  reluBackwardRoundedToBf16(dx.data(), dy.data(), y.data(), y.size());
+  EXPECT_TRUE(sameBits(want, dx));
 }

@@ -210,7 +210,8 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
   if (!e) return false;
   auto& c = oneDnnContext();
   if (emulatesBf16(dev)) {
-    x = roundedCopy(dev, g.keepSrc ? keptFor(*e, e->roundedSrc, x) : e->roundedStage, x, srcCount(g));
+    if (!g.xRounded)
+      x = roundedCopy(dev, g.keepSrc ? keptFor(*e, e->roundedSrc, x) : e->roundedStage, x, srcCount(g));
     w = roundedCopy(dev, e->roundedWei, w, weiCount(g));
   }
   float* keep = nullptr;
@@ -236,11 +237,13 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   auto& c = oneDnnContext();
   bool keptValid = g.keepSrc;
   if (emulatesBf16(dev)) {  // x as the forward rounded it; bf16 dy is exact in the fp32 kernels
-    auto r = g.keepSrc ? e->roundedSrc.find(x) : e->roundedSrc.end();
-    keptValid = r != e->roundedSrc.end();
-    x = keptValid ? r->second.data() : roundedCopy(dev, e->roundedStage, x, srcCount(g));
+    if (!g.xRounded) {
+      auto r = g.keepSrc ? e->roundedSrc.find(x) : e->roundedSrc.end();
+      keptValid = r != e->roundedSrc.end();
+      x = keptValid ? r->second.data() : roundedCopy(dev, e->roundedStage, x, srcCount(g));
+    }
     w = roundedCopy(dev, e->roundedWei, w, weiCount(g));
-    if (!g.dyBf16) dy = roundedCopy(dev, e->roundedDiffDst, dy, dstCount(g));
+    if (!g.dyBf16 && !g.dyRounded) dy = roundedCopy(dev, e->roundedDiffDst, dy, dstCount(g));
   }
   // Blocked dy and dx (g.dyBlocked / g.dxBlocked) are already in the primitives' layout.
   memory diffDst = g.dyBlocked ? memory(e->bwDiffDst.inner, c.eng, const_cast<float*>(dy)) : e->bwDiffDst.in(dy);

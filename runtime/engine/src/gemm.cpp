@@ -129,26 +129,6 @@ bool emulatesBf16(const Device& dev) {
 }
 bool nativeBf16(const Device& dev) { return dev.precision() == Precision::kBf16 && bf16Mode() == Bf16Mode::kNative; }
 
-namespace {
-// The one rounding rule: nearest bfloat16, ties to even, as the float's upper 16 bits (the
-// lower 16 zero); a NaN stays a (quiet) NaN. Branch-free, so the array form vectorises.
-inline std::uint32_t bf16RoundedBits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  return (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : rounded;
-}
-}  // namespace
-
-std::uint16_t toBf16Bits(float x) { return static_cast<std::uint16_t>(bf16RoundedBits(x) >> 16); }
-
-float roundToBf16(float x) {
-  const std::uint32_t u = bf16RoundedBits(x);
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
-
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void roundToBf16(const float* src, float* dst, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] = roundToBf16(src[i]);

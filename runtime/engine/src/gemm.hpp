@@ -2,6 +2,7 @@
 // bf16 (bf16 products, fp32 accumulation), with a choice of backend measured in docs/engine.md.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <string>
 
@@ -28,10 +29,19 @@ void setGemmBackend(GemmBackend b);
 void gemm(Device& dev, bool transA, bool transB, int M, int N, int K, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
 
+// The one rounding rule: nearest bfloat16, ties to even, as the float's upper 16 bits (the
+// lower 16 zero); a NaN stays a (quiet) NaN. Branch-free and inline, so the loops that use it
+// (the array form below, the kernels that write rounded outputs) vectorise.
+inline std::uint32_t bf16RoundedBits(float x) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  return (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : rounded;
+}
+
 // Rounds to the nearest bfloat16 (ties to even), returned as a float / as its 16 bits; the
 // array form is vectorised (src == dst allowed).
-float roundToBf16(float x);
-std::uint16_t toBf16Bits(float x);
+inline float roundToBf16(float x) { return std::bit_cast<float>(bf16RoundedBits(x)); }
+inline std::uint16_t toBf16Bits(float x) { return static_cast<std::uint16_t>(bf16RoundedBits(x) >> 16); }
 void roundToBf16(const float* src, float* dst, std::size_t n);
 
 // src (n floats) rounded to bf16 into t, which grows to fit: emulated bf16's operands, rounded

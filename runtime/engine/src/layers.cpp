@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "xspawn/error.hpp"
+#include "gemm.hpp"
 #include "ops.hpp"
 #include "rng.hpp"
 
@@ -48,16 +49,20 @@ class Linear : public Module {
     info.forwardFlops += 2.0 * in_ * out_;
     return Shape{out_};
   }
+  bool roundsInputToBf16() const override { return true; }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     x_ = &x;
     int B = x.shape()[0];
     y_.ensure(ctx.dev, Shape{B, out_}, "activations");
+    rounded_.xRounded = x.bf16Values();
+    y_.setBf16Grad(emulatesBf16(ctx.dev));  // its backward rounds dy
     linearForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_), ctx.params.value(b_), B, in_, out_, &rounded_);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     int B = dy.shape()[0];
     if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    rounded_.dyRounded = dy.bf16Values();
     linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
                    ctx.params.grad(b_), dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_, &rounded_);
     ctx.gradsReady(w_, b_);
@@ -88,9 +93,11 @@ class Conv2d : public Module {
     info.forwardFlops += 2.0 * out_ * g_.oh() * g_.ow() * in_ * k_ * k_;
     return Shape{out_, g_.oh(), g_.ow()};
   }
+  bool roundsInputToBf16() const override { return true; }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     x_ = &x;
     g_.n = x.shape()[0];
+    g_.xRounded = x.bf16Values();
     g_.srcNhwc = x.layout() == Layout::kNhwc || in_ == 1;  // one channel: the same bytes either way
     g_.dstNhwc = preferredLayout(ctx.dev) == Layout::kNhwc;
     y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
@@ -101,6 +108,7 @@ class Conv2d : public Module {
     // after (y_), and give dx so when the module before asked (x) and reads nothing else.
     blockedGrads_ = conv2dGradsBlocked16(ctx.dev, g_, bias_, needInputGrad_);
     y_.setBlockedGrad(blockedGrads_);
+    y_.setBf16Grad(emulatesBf16(ctx.dev));  // its backward rounds dy (conv2dBackward)
     blockedDx_ = blockedGrads_ && chained_ && needInputGrad_ && x.blockedGrad();
     return y_;
   }
@@ -114,6 +122,7 @@ class Conv2d : public Module {
       dx_.setLayout(blockedDx_ ? Layout::kNchw16c : x_->layout());
     }
     g_.dyBf16 = dy.dtype() == DType::kBf16;
+    g_.dyRounded = dy.bf16Values();
     conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
                    bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(),
                    ctx.params.value(w_), g_);
@@ -134,6 +143,7 @@ class Pool2d : public Module {
   enum Kind { kMax, kAvg, kAdaptive };
   Pool2d(Kind kind, int a, int b, int pad) : kind_(kind), a_(a), b_(b), pad_(pad) {}
   bool absorbReluBefore() override { return reluBefore_ = kind_ == kMax; }
+  void fuseWithNext(Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
   Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
     expectChw(in, prefix + ": pooling");
     if (kind_ == kAdaptive) {
@@ -162,6 +172,7 @@ class Pool2d : public Module {
       return y_;
     }
     Shape out{g_.n, g_.c, g_.oh(), g_.ow()};
+    const bool rounded = kind_ == kMax && reluBefore_ && nextRounds_ && emulatesBf16(ctx.dev);
     y_.ensure(ctx.dev, out, "activations");
     y_.setLayout(x.layout());
     if (kind_ == kAvg) {
@@ -169,13 +180,18 @@ class Pool2d : public Module {
     } else {
       argmax_.ensure(ctx.dev, out, "max-pool indices");
       maxPool2dForward(y_.data(), reinterpret_cast<std::int32_t*>(argmax_.data()), x.data(), g_);
-      if (reluBefore_) reluForward(y_.data(), y_.data(), y_.numel());  // max(relu(x)) = relu(max(x))
+      // max(relu(x)) = relu(max(x)); rounded in the same pass when the next layer would round it.
+      if (rounded) reluRoundedToBf16(y_.data(), y_.data(), y_.numel());
+      else if (reluBefore_) reluForward(y_.data(), y_.data(), y_.numel());
     }
+    y_.setBf16Values(rounded);
     // The channels-last max-pool reads dy and writes dx in channel blocks as well: the
     // convolutions around it then skip their reorders (Tensor::blockedGrad).
     const bool blocks = g_.nhwc && g_.c % 16 == 0;
     y_.setBlockedGrad(blocks);
     blockedDx_ = blocks && chained_ && needInputGrad_ && x0.blockedGrad();
+    // The convolution before rounds dx to bf16: write it rounded (windows that tile only).
+    g_.dxRounded = g_.nhwc && g_.k == g_.stride && g_.pad == 0 && chained_ && x0.bf16Grad();
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
@@ -184,6 +200,7 @@ class Pool2d : public Module {
     g_.dxBlocked = blockedDx_;
     Tensor& dx = nhwc ? staged_ : dx_;
     dx.ensure(ctx.dev, x_->shape(), "activation gradients");
+    dx.setBf16Values(kind_ == kMax && g_.dxRounded);
     dx.setLayout(blockedDx_ ? Layout::kNchw16c : g_.nhwc ? Layout::kNhwc : Layout::kNchw);
     if (kind_ == kAdaptive)
       adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
@@ -212,6 +229,7 @@ class Pool2d : public Module {
   Kind kind_;
   int a_, b_, pad_;
   bool reluBefore_ = false;  // the ReLU before it is fused in (Sequential::build)
+  bool nextRounds_ = false;  // the module after rounds its input to bf16 (roundsInputToBf16)
   bool blockedDx_ = false;   // dx goes back in channel blocks (see forward)
   PoolGeom g_{};
   Tensor argmax_, staged_;
@@ -220,24 +238,36 @@ class Pool2d : public Module {
 class Relu : public Module {
  public:
   Shape build(const Shape& in, const std::string&, BuildInfo&) override { return in; }
-  void fuseWithNext(Module& next) override { passThrough_ = next.absorbReluBefore(); }
+  void fuseWithNext(Module& next) override {
+    passThrough_ = next.absorbReluBefore();
+    nextRounds_ = next.roundsInputToBf16();
+  }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     if (passThrough_) return x;  // the max-pool after it applies the ReLU
     y_.ensure(ctx.dev, x.shape(), "activations");
     y_.setLayout(x.layout());
-    reluForward(y_.data(), x.data(), x.numel());
+    // Emulated bf16: rounded in this pass when the next layer would round y, and dx rounded
+    // when the layer before would round it (Tensor::bf16Values, bf16Grad).
+    const bool emulated = emulatesBf16(ctx.dev);
+    if (emulated && nextRounds_) reluRoundedToBf16(y_.data(), x.data(), x.numel());
+    else reluForward(y_.data(), x.data(), x.numel());
+    y_.setBf16Values(emulated && nextRounds_);
+    roundDx_ = emulated && chained_ && x.bf16Grad();
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (passThrough_) return dy;  // the max-pool already kept only the positive positions
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
     dx_.setLayout(dy.layout());
-    reluBackward(dx_.data(), dy.data(), y_.data(), dy.numel());
+    if (roundDx_) reluBackwardRoundedToBf16(dx_.data(), dy.data(), y_.data(), dy.numel());
+    else reluBackward(dx_.data(), dy.data(), y_.data(), dy.numel());
+    dx_.setBf16Values(roundDx_);
     return dx_;
   }
 
  private:
   bool passThrough_ = false;
+  bool nextRounds_ = false, roundDx_ = false;
 };
 
 class Dropout : public Module {
@@ -335,6 +365,8 @@ class Flatten : public Module {
   Shape build(const Shape& in, const std::string&, BuildInfo&) override {
     return Shape{static_cast<int>(in.numel())};
   }
+  void fuseWithNext(Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
+  bool roundsInputToBf16() const override { return nextRounds_; }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     int B = x.shape()[0];
     in_ = x.shape();
@@ -343,6 +375,7 @@ class Flatten : public Module {
     // Features in PyTorch's [c, h, w] order whatever the layout: the linear weights expect it.
     if (nhwc_) nhwcToNchw(y_.data(), x.data(), B, in_[1], in_[2] * in_[3]);
     else std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));
+    y_.setBf16Values(x.bf16Values());  // the same values, moved
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
@@ -356,6 +389,7 @@ class Flatten : public Module {
  private:
   Shape in_;
   bool nhwc_ = false;
+  bool nextRounds_ = false;
 };
 
 }  // namespace

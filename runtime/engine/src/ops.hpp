@@ -17,6 +17,8 @@ namespace xs::engine {
 // and x and keeps them for backward (the weights change only after it); backward rounds dy.
 struct RoundedOperands {
   Tensor w, x, dy;
+  // The caller's x / dy are bf16 values already (Tensor::bf16Values): used as they are.
+  bool xRounded = false, dyRounded = false;
 };
 // x [B, I], w [O, I], b [O] (may be null) -> y [B, O]; r: the layer's rounded operands.
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
@@ -35,6 +37,9 @@ struct ConvGeom {
   // reuses the forward's copy of x in the kernel's layout and precision (one conversion less).
   bool keepSrc = false;
   bool dyBf16 = false;  // dy holds bfloat16 values (what the bf16 products round it to anyway)
+  // Emulated bf16: x / dy are float32 values that are bf16 already (Tensor::bf16Values), so the
+  // convolution skips rounding them.
+  bool xRounded = false, dyRounded = false;
   // dy / dx in blocks of 16 channels ([n, c/16, h, w, 16]): only where conv2dGradsBlocked16 holds.
   bool dyBlocked = false, dxBlocked = false;
   int oh() const { return (h + 2 * pad - kh) / stride + 1; }
@@ -94,6 +99,9 @@ struct PoolGeom {
   // Channels-last max-pool only, c a multiple of 16: dy / dx in blocks of 16 channels
   // ([n, c/16, h, w, 16], oneDNN's nChw16c), as the oneDNN convolutions next to it take them.
   bool dyBlocked = false, dxBlocked = false;
+  // Channels-last max-pool whose windows tile the input (k == stride, no padding) only: dx
+  // written rounded to bf16, for an emulated bf16 convolution before it that would round it.
+  bool dxRounded = false;
   int oh() const { return (h + 2 * pad - k) / stride + 1; }
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
 };
@@ -114,8 +122,12 @@ void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, 
 // ---- element-wise --------------------------------------------------------------------------
 // x [count] -> y [count] (y may alias x)
 void reluForward(float* y, const float* x, std::size_t count);
+// y = the bf16 value nearest relu(x) (gemm.hpp's rounding): what the bf16 layer after rounds to.
+void reluRoundedToBf16(float* y, const float* x, std::size_t count);
 // dy, y [count] -> dx [count] (dx may alias dy)
 void reluBackward(float* dx, const float* dy, const float* y, std::size_t count);
+// dx as reluBackward's, rounded to bf16: what the bf16 layer before rounds it to.
+void reluBackwardRoundedToBf16(float* dx, const float* dy, const float* y, std::size_t count);
 // x [count] -> y [count], mask [count] (0 or 1/(1-p)); the mask depends only on (seed, step, i)
 void dropoutForward(float* y, float* mask, const float* x, std::size_t count, float p,
                     std::uint64_t seed, std::uint64_t step);

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gemm.hpp"
 #include "ops.hpp"
 
 namespace xs::engine::detail {
@@ -76,13 +77,6 @@ XS_CLONES void gradSums(const float* dy, const float* y, const float* x, int row
   }
 }
 
-// The bits of v rounded to bfloat16, nearest even (NaN stays a quiet NaN), as toBf16Bits.
-inline std::uint16_t bf16Bits(float v) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(v);
-  std::uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
-}
-
 // dx = g * (dy - k1 - (x - mu) * isk2), per channel k; stored as float or as bf16 bits
 template <bool Relu, class Out>
 XS_CLONES void gradInputRows(Out* dx, const float* dy, const float* y, const float* x, std::size_t rows,
@@ -93,7 +87,7 @@ XS_CLONES void gradInputRows(Out* dx, const float* dy, const float* y, const flo
     for (int k = 0; k < c; ++k) {
       float v = g[k] * (masked<Relu>(dy, y, o + k) - k1[k] - (x[o + k] - mu[k]) * isk2[k]);
       if constexpr (std::is_same_v<Out, float>) dx[o + k] = v;
-      else dx[o + k] = bf16Bits(v);
+      else dx[o + k] = toBf16Bits(v);
     }
   }
 }

@@ -96,7 +96,7 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
   if (b)
     for (int i = 0; i < B; ++i) std::memcpy(y + static_cast<std::size_t>(i) * O, b, O * sizeof(float));
   if (r && emulatesBf16(dev)) {
-    x = roundedCopy(dev, r->x, x, static_cast<std::size_t>(B) * I);
+    if (!r->xRounded) x = roundedCopy(dev, r->x, x, static_cast<std::size_t>(B) * I);
     w = roundedCopy(dev, r->w, w, static_cast<std::size_t>(O) * I);
     gemmOfRounded(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
     return;
@@ -109,8 +109,8 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
   if (db)
     for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
   if (r && emulatesBf16(dev)) {  // x and w as forward rounded them
-    const float* dyr = roundedCopy(dev, r->dy, dy, static_cast<std::size_t>(B) * O);
-    gemmOfRounded(dev, true, false, O, I, B, dyr, O, r->x.data(), I, 1.f, dw, I);
+    const float* dyr = r->dyRounded ? dy : roundedCopy(dev, r->dy, dy, static_cast<std::size_t>(B) * O);
+    gemmOfRounded(dev, true, false, O, I, B, dyr, O, r->xRounded ? x : r->x.data(), I, 1.f, dw, I);
     if (dx) gemmOfRounded(dev, false, false, B, I, O, dyr, O, r->w.data(), I, 0.f, dx, I);
     return;
   }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "xspawn/error.hpp"
+#include "gemm.hpp"
 #include "ops.hpp"
 #include "rng.hpp"
 
@@ -27,11 +28,27 @@ XS_CLONES void reluForward(float* y, const float* x, std::size_t count) {
   }
 }
 
+XS_CLONES void reluRoundedToBf16(float* y, const float* x, std::size_t count) {
+#pragma omp simd
+  for (std::size_t i = 0; i < count; ++i) {
+    float v = x[i];
+    y[i] = roundToBf16(v > 0.f ? v : 0.f);
+  }
+}
+
 XS_CLONES void reluBackward(float* dx, const float* dy, const float* y, std::size_t count) {
 #pragma omp simd
   for (std::size_t i = 0; i < count; ++i) {
     float d = dy[i];
     dx[i] = y[i] > 0.f ? d : 0.f;
+  }
+}
+
+XS_CLONES void reluBackwardRoundedToBf16(float* dx, const float* dy, const float* y, std::size_t count) {
+#pragma omp simd
+  for (std::size_t i = 0; i < count; ++i) {
+    float d = dy[i];
+    dx[i] = roundToBf16(y[i] > 0.f ? d : 0.f);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "gemm.hpp"
 #include "ops.hpp"
 
 namespace xs::engine::detail {
@@ -88,8 +89,9 @@ struct GradLayout {
 // ascending window order on zeros, whole vectors instead of one indexed store per channel. Either
 // way the bits are a scatter's into zeros: 0 + dy turns a -0 gradient into +0 as that does, and
 // adding +0 leaves a sum as it is (it starts at +0 and is never -0 from there).
+// kRound (tiled only) writes each gradient rounded to bf16.
 // dx0: this image's channel j0 at pixel 0; ps: between pixels.
-template <int L, bool kRelu, bool kTiled>
+template <int L, bool kRelu, bool kTiled, bool kRound>
 [[gnu::always_inline]] inline void windowGrad(float* dx0, std::size_t ps, const float* dy, const std::int32_t* argmax,
                                               const float* relu, int w, int y0, int y1, int x0, int x1) {
   float grad[L];
@@ -97,6 +99,7 @@ template <int L, bool kRelu, bool kTiled>
 #pragma omp simd
   for (int j = 0; j < L; ++j) {
     grad[j] = !kRelu || relu[j] > 0.f ? 0.f + dy[j] : 0.f;
+    if constexpr (kRound) grad[j] = roundToBf16(grad[j]);
     at[j] = argmax[j];
   }
   for (int iy = y0; iy < y1; ++iy)
@@ -112,7 +115,7 @@ template <int L, bool kRelu, bool kTiled>
     }
 }
 
-template <bool kRelu, bool kTiled>
+template <bool kRelu, bool kTiled, bool kRound>
 [[gnu::always_inline]] inline void poolGrad(float* dx, const float* dy, const std::int32_t* argmax,
                                             const float* relu, const PoolGeom& g) {
   const int oh = g.oh(), ow = g.ow(), c = g.c;
@@ -135,10 +138,10 @@ template <bool kRelu, bool kTiled>
         windowSpan(ox, g, g.w, x0, x1);
         int j = 0;
         for (; j + kBlock <= c; j += kBlock)
-          windowGrad<kBlock, kRelu, kTiled>(dx + in.at(n, j, 0), in.pixel(), dy + out.at(n, j, p), argmax + o + j,
+          windowGrad<kBlock, kRelu, kTiled, kRound>(dx + in.at(n, j, 0), in.pixel(), dy + out.at(n, j, p), argmax + o + j,
                                             kRelu ? r + j : nullptr, g.w, y0, y1, x0, x1);
         for (; j < c; ++j)
-          windowGrad<1, kRelu, kTiled>(dx + in.at(n, j, 0), in.pixel(), dy + out.at(n, j, p), argmax + o + j,
+          windowGrad<1, kRelu, kTiled, kRound>(dx + in.at(n, j, 0), in.pixel(), dy + out.at(n, j, p), argmax + o + j,
                                        kRelu ? r + j : nullptr, g.w, y0, y1, x0, x1);
       }
   }
@@ -152,10 +155,12 @@ void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax,
   // dy [n, oh, ow, c] or [n, c/16, oh, ow, 16], argmax (and relu) [n, oh, ow, c]
   //   -> dx [n, h, w, c] or [n, c/16, h, w, 16]
   const bool tiled = g.k == g.stride && g.pad == 0;
-  if (tiled && relu) poolGrad<true, true>(dx, dy, argmax, relu, g);
-  else if (tiled) poolGrad<false, true>(dx, dy, argmax, nullptr, g);
-  else if (relu) poolGrad<true, false>(dx, dy, argmax, relu, g);
-  else poolGrad<false, false>(dx, dy, argmax, nullptr, g);
+  if (tiled && g.dxRounded && relu) poolGrad<true, true, true>(dx, dy, argmax, relu, g);
+  else if (tiled && g.dxRounded) poolGrad<false, true, true>(dx, dy, argmax, nullptr, g);
+  else if (tiled && relu) poolGrad<true, true, false>(dx, dy, argmax, relu, g);
+  else if (tiled) poolGrad<false, true, false>(dx, dy, argmax, nullptr, g);
+  else if (relu) poolGrad<true, false, false>(dx, dy, argmax, relu, g);
+  else poolGrad<false, false, false>(dx, dy, argmax, nullptr, g);
 }
 
 }  // namespace xs::engine::detail

@@ -50,6 +50,9 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     shape_ = std::exchange(o.shape_, Shape{});
     layout_ = std::exchange(o.layout_, Layout::kNchw);
     dtype_ = std::exchange(o.dtype_, DType::kF32);
+    blockedGrad_ = std::exchange(o.blockedGrad_, false);
+    bf16Values_ = std::exchange(o.bf16Values_, false);
+    bf16Grad_ = std::exchange(o.bf16Grad_, false);
   }
   return *this;
 }

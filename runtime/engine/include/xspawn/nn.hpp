@@ -57,8 +57,14 @@ class Module {
   // module): a ReLU asks `next` to take over its work (absorbReluBefore: max-pool, as
   // relu(max(x)) = max(relu(x)) and its gradient goes only where the pooled value is positive);
   // if it does, the ReLU passes x and dy through.
+  // Sequential::build calls it from the last module to the first, so that `next` has already
+  // met its own next when asked.
   virtual void fuseWithNext(Module&) {}
   virtual bool absorbReluBefore() { return false; }
+  // True when this module's bf16 kernels round its input to bf16 (convolution, linear; a
+  // flatten passes the question on): the module before may then write its output rounded
+  // (Tensor::bf16Values) in a pass it makes anyway, and save this module its rounding pass.
+  virtual bool roundsInputToBf16() const { return false; }
   // Set by Sequential::build on every module but its first: the input is the output of the
   // module before, read by nothing else, so its gradient may go back in the layout that module
   // asked for (Tensor::blockedGrad).

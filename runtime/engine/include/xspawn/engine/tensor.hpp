@@ -69,6 +69,15 @@ class Tensor {
   void setBlockedGrad(bool v) { blockedGrad_ = v; }
   DType dtype() const { return dtype_; }
   void setDtype(DType t) { dtype_ = t; }
+  // Float32 values that are all bfloat16 values: the module that wrote them rounded them (in a
+  // pass it made anyway) because the module reading them would. A module that rounds its input
+  // or its gradient to bf16 takes such a tensor as it is, one rounding pass less.
+  bool bf16Values() const { return bf16Values_; }
+  void setBf16Values(bool v) { bf16Values_ = v; }
+  // Set by the module that wrote this activation: its backward rounds the gradient of it to
+  // bf16. The module reading it alone may then hand the gradient back rounded (bf16Values).
+  bool bf16Grad() const { return bf16Grad_; }
+  void setBf16Grad(bool v) { bf16Grad_ = v; }
   Device* device() const { return dev_; }
 
  private:
@@ -79,6 +88,7 @@ class Tensor {
   Shape shape_;
   Layout layout_ = Layout::kNchw;
   bool blockedGrad_ = false;
+  bool bf16Values_ = false, bf16Grad_ = false;
   DType dtype_ = DType::kF32;
 };
 
