@@ -191,7 +191,7 @@ class Pool2d : public Module {
     y_.setBlockedGrad(blocks);
     blockedDx_ = blocks && chained_ && needInputGrad_ && x0.blockedGrad();
     // The convolution before rounds dx to bf16: write it rounded (windows that tile only).
-    g_.dxRounded = g_.nhwc && g_.k == g_.stride && g_.pad == 0 && chained_ && x0.bf16Grad();
+    g_.dxRounded = g_.nhwc && g_.tiles() && chained_ && x0.bf16Grad();
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
@@ -200,7 +200,7 @@ class Pool2d : public Module {
     g_.dxBlocked = blockedDx_;
     Tensor& dx = nhwc ? staged_ : dx_;
     dx.ensure(ctx.dev, x_->shape(), "activation gradients");
-    dx.setBf16Values(kind_ == kMax && g_.dxRounded);
+    dx.setBf16Values(g_.dxRounded);  // only a channels-last max-pool sets it
     dx.setLayout(blockedDx_ ? Layout::kNchw16c : g_.nhwc ? Layout::kNhwc : Layout::kNchw);
     if (kind_ == kAdaptive)
       adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
@@ -252,7 +252,7 @@ class Relu : public Module {
     if (emulated && nextRounds_) reluRoundedToBf16(y_.data(), x.data(), x.numel());
     else reluForward(y_.data(), x.data(), x.numel());
     y_.setBf16Values(emulated && nextRounds_);
-    roundDx_ = emulated && chained_ && x.bf16Grad();
+    roundDx_ = chained_ && x.bf16Grad();  // set only by layers that emulate bf16
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {

@@ -99,11 +99,12 @@ struct PoolGeom {
   // Channels-last max-pool only, c a multiple of 16: dy / dx in blocks of 16 channels
   // ([n, c/16, h, w, 16], oneDNN's nChw16c), as the oneDNN convolutions next to it take them.
   bool dyBlocked = false, dxBlocked = false;
-  // Channels-last max-pool whose windows tile the input (k == stride, no padding) only: dx
+  // Channels-last max-pool whose windows tile the input (tiles()) only: dx
   // written rounded to bf16, for an emulated bf16 convolution before it that would round it.
   bool dxRounded = false;
   int oh() const { return (h + 2 * pad - k) / stride + 1; }
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
+  bool tiles() const { return k == stride && pad == 0; }  // each input pixel in one window at most
 };
 // x [n, c, h, w] -> y [n, c, oh, ow], argmax [n, c, oh, ow] (index into the h*w plane)
 void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g);

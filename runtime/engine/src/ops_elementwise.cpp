@@ -20,36 +20,38 @@ void batchNormNhwcBackward(float* dx, float* dgamma, float* dbeta, const float* 
 // The element-wise loops are branch-free and vectorised for the widest ISA found at run time.
 #define XS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
-XS_CLONES void reluForward(float* y, const float* x, std::size_t count) {
+namespace {
+// The ReLU loops, each written once: kRound writes the result rounded to bf16 (gemm.hpp).
+template <bool kRound>
+[[gnu::always_inline]] inline float keep(float v) {
+  if constexpr (kRound) return roundToBf16(v);
+  else return v;
+}
+template <bool kRound>
+[[gnu::always_inline]] inline void reluLoop(float* y, const float* x, std::size_t count) {
 #pragma omp simd
   for (std::size_t i = 0; i < count; ++i) {
     float v = x[i];
-    y[i] = v > 0.f ? v : 0.f;
+    y[i] = keep<kRound>(v > 0.f ? v : 0.f);
   }
 }
-
-XS_CLONES void reluRoundedToBf16(float* y, const float* x, std::size_t count) {
+template <bool kRound>
+[[gnu::always_inline]] inline void reluGradLoop(float* dx, const float* dy, const float* y, std::size_t count) {
 #pragma omp simd
   for (std::size_t i = 0; i < count; ++i) {
-    float v = x[i];
-    y[i] = roundToBf16(v > 0.f ? v : 0.f);
+    float d = dy[i];
+    dx[i] = keep<kRound>(y[i] > 0.f ? d : 0.f);
   }
 }
+}  // namespace
 
+XS_CLONES void reluForward(float* y, const float* x, std::size_t count) { reluLoop<false>(y, x, count); }
+XS_CLONES void reluRoundedToBf16(float* y, const float* x, std::size_t count) { reluLoop<true>(y, x, count); }
 XS_CLONES void reluBackward(float* dx, const float* dy, const float* y, std::size_t count) {
-#pragma omp simd
-  for (std::size_t i = 0; i < count; ++i) {
-    float d = dy[i];
-    dx[i] = y[i] > 0.f ? d : 0.f;
-  }
+  reluGradLoop<false>(dx, dy, y, count);
 }
-
 XS_CLONES void reluBackwardRoundedToBf16(float* dx, const float* dy, const float* y, std::size_t count) {
-#pragma omp simd
-  for (std::size_t i = 0; i < count; ++i) {
-    float d = dy[i];
-    dx[i] = roundToBf16(y[i] > 0.f ? d : 0.f);
-  }
+  reluGradLoop<true>(dx, dy, y, count);
 }
 
 void dropoutForward(float* y, float* mask, const float* x, std::size_t count, float p,

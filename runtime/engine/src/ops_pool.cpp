@@ -137,7 +137,7 @@ void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, c
   XS_CHECK(!(g.dyBlocked || g.dxBlocked) || (g.nhwc && g.c % 16 == 0), ShapeError,
            "max-pool: gradients in channel blocks of 16 need the channels-last kernel and a multiple of 16 "
            "channels, got " + std::to_string(g.c) + (g.nhwc ? "" : " in NCHW"));
-  XS_CHECK(!g.dxRounded || (g.nhwc && g.k == g.stride && g.pad == 0), ShapeError,
+  XS_CHECK(!g.dxRounded || (g.nhwc && g.tiles()), ShapeError,
            "max-pool: a bf16-rounded dx needs the channels-last kernel and windows that tile the input");
   if (g.nhwc) {
     detail::maxPoolNhwcBackward(dx, dy, argmax, g, relu);

@@ -154,7 +154,7 @@ void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax,
                          const float* relu) {
   // dy [n, oh, ow, c] or [n, c/16, oh, ow, 16], argmax (and relu) [n, oh, ow, c]
   //   -> dx [n, h, w, c] or [n, c/16, h, w, 16]
-  const bool tiled = g.k == g.stride && g.pad == 0;
+  const bool tiled = g.tiles();
   if (tiled && g.dxRounded && relu) poolGrad<true, true, true>(dx, dy, argmax, relu, g);
   else if (tiled && g.dxRounded) poolGrad<false, true, true>(dx, dy, argmax, nullptr, g);
   else if (tiled && relu) poolGrad<true, true, false>(dx, dy, argmax, relu, g);
