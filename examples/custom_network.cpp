@@ -1,7 +1,7 @@
-// custom_network.cpp: a network of one's own (a small residual net with batch-norm, pools and
-// dropout) on a dataset of one's own made by a function, trained with SGD + nesterov and a
-// cosine schedule, gradients all-reduced in buckets while backward runs; a checkpoint every
-// epoch, and --resume continues from it bit for bit; so does a restarted job by itself.
+// custom_network.cpp: a network of one's own (a small residual net with batch-norm, pools,
+// dropout and a layer of one's own) on a dataset of one's own made by a function, trained with
+// SGD + nesterov and a cosine schedule, gradients all-reduced in buckets while backward runs; a
+// checkpoint every epoch, and --resume continues from it bit for bit; so does a restarted job.
 //
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --stop-after 2
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --resume 1   # epochs 3 and 4
@@ -45,14 +45,39 @@ data::Dataset stripes(data::Split split, std::int64_t count) {
                             });
 }
 
-std::unique_ptr<nn::Sequential> residualNet() {
+// A layer of one's own that only watches: the mean of the features it sees. It hands on its
+// input and its gradient as they are (the same tensors, so what the layers around it say on them,
+// the layout and Tensor::bf16Values, passes through) and answers roundsInputToBf16 for the
+// layer after it, so those layers keep their bf16 shortcuts.
+class FeatureMean : public nn::Module {
+ public:
+  xs::engine::Shape build(const xs::engine::Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
+  void fuseWithNext(nn::Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
+  bool roundsInputToBf16() const override { return nextRounds_; }
+  const xs::engine::Tensor& forward(const xs::engine::Tensor& x, nn::Context&) override {
+    double sum = 0;
+    for (std::size_t i = 0; i < x.numel(); ++i) sum += x.data()[i];
+    mean_ = x.numel() ? static_cast<float>(sum / static_cast<double>(x.numel())) : 0.f;
+    return x;
+  }
+  const xs::engine::Tensor& backward(const xs::engine::Tensor& dy, nn::Context&) override { return dy; }
+  float mean() const { return mean_; }
+
+ private:
+  bool nextRounds_ = false;
+  float mean_ = 0.f;
+};
+
+std::unique_ptr<nn::Sequential> residualNet(FeatureMean*& watch) {
   // [3,16,16] -conv3p1-> [32,16,16] -block-> [32,16,16] -block s2-> [64,8,8] -avg2-> [64,4,4]
   // -global avg-> [64,1,1] -> 64 -> classes
   auto net = std::make_unique<nn::Sequential>();
   net->add("stem", nn::Conv2d(3, 32, 3, 1, 1, false)).add("bn", nn::BatchNorm2d(32, true))
       .add("block1", nn::BasicBlock(32, 32, 1)).add("block2", nn::BasicBlock(32, 64, 2))
-      .add("pool", nn::AvgPool2d(2)).add("gap", nn::AdaptiveAvgPool2d(1, 1)).add("flatten", nn::Flatten())
-      .add("dropout", nn::Dropout(0.1f)).add("fc", nn::Linear(64, kClasses));
+      .add("pool", nn::AvgPool2d(2)).add("gap", nn::AdaptiveAvgPool2d(1, 1)).add("flatten", nn::Flatten());
+  auto mean = std::make_unique<FeatureMean>();
+  watch = mean.get();
+  net->add("features", std::move(mean)).add("dropout", nn::Dropout(0.1f)).add("fc", nn::Linear(64, kClasses));
   return net;
 }
 
@@ -65,7 +90,8 @@ void map_fn(int, const xs::Flags& flags) {
   const data::Dataset train = stripes(data::Split::kTrain, 2048), test = stripes(data::Split::kTest, 512);
 
   xs::engine::Device device(xs::device_options());
-  xs::engine::Model model(device, {residualNet(), {3, kSide, kSide}, kClasses, "stripes_resnet"}, 7);
+  FeatureMean* features = nullptr;  // owned by the model
+  xs::engine::Model model(device, {residualNet(features), {3, kSide, kSide}, kClasses, "stripes_resnet"}, 7);
   auto optimizer = xs::optim::SGD(model, {.lr = 0.05f, .momentum = 0.9f, .weightDecay = 5e-4f, .nesterov = true});
   const xs::optim::CosineAnnealingLR schedule{0.05f, epochs};
   xs::data_parallel(model, {.bucketBytes = 64 << 10});  // buckets reduced while backward runs
@@ -101,8 +127,8 @@ void map_fn(int, const xs::Flags& flags) {
     }
     xs::Trace span("epoch end");  // the program's own span on its rank's track under --trace
     const xs::EvalResult e = xs::evaluate(model, test, plain, 128);
-    xs::master_print("epoch {}: loss {:.4f}, test accuracy {:.2f}%, {} gradient buckets per step", epoch + 1,
-                     loss[0], 100 * e.accuracy, xs::gradient_buckets(model));
+    xs::master_print("epoch {}: loss {:.4f}, test accuracy {:.2f}%, {} gradient buckets per step, mean feature {:.3f}",
+                     epoch + 1, loss[0], 100 * e.accuracy, xs::gradient_buckets(model), features->mean());
     state.epoch = epoch + 1;
     state.sampler = {epoch + 1, 0};
     if (!checkpoint.empty()) xs::save(checkpoint, model, *optimizer, state);
