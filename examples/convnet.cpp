@@ -1,6 +1,7 @@
 // convnet.cpp: `xspawn --nprocs 8 train`, written as a user program: seed 004's convnet built
-// by hand from xs::nn layers, Fashion-MNIST normalised, Adam with a one-cycle schedule (peak lr
-// 3e-3, set before every step), bf16, batch 16 per core, 4 epochs, seed 1234. With the same
+// by hand from xs::nn layers, Fashion-MNIST normalised, Adam (betas 0.9, 0.99) with a one-cycle
+// schedule (peak lr 3e-3, set before every step), label smoothing 0.2, bf16, batch 16 per core,
+// 3 epochs, seed 1234. With the same
 // settings it trains the same bits as the built-in trainer (the same weights hash) at the same speed.
 //
 //   ./convnet                       # 8 workers, as `xspawn --nprocs 8 train`
@@ -31,7 +32,7 @@ std::unique_ptr<nn::Sequential> convnet() {
 
 void map_fn(int, const xs::Flags& flags) {
   using Clock = std::chrono::steady_clock;
-  const int epochs = flags.get("epochs", 4), batchSize = flags.get("batch-size", 16);
+  const int epochs = flags.get("epochs", 3), batchSize = flags.get("batch-size", 16);
   const long maxSteps = flags.get("max-steps", 0L);
   const std::uint64_t seed = flags.get("seed", std::uint64_t{1234});
   data::DatasetSpec spec;
@@ -42,7 +43,8 @@ void map_fn(int, const xs::Flags& flags) {
   const auto precision = xs::engine::parsePrecision(flags.get("precision", "bf16"));
   xs::engine::Device device(xs::device_options(precision));
   xs::engine::Model model(device, {convnet(), {1, 28, 28}, 10, "convnet"}, seed);
-  auto optimizer = xs::optim::Adam(model, {.lr = 3e-3f});
+  model.setLabelSmoothing(0.2f);  // as torch.nn.CrossEntropyLoss(label_smoothing=0.2)
+  auto optimizer = xs::optim::Adam(model, {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.99f});
   xs::data_parallel(model);
 
   data::TransformConfig normalise;

@@ -2,7 +2,8 @@
 # bench_default_run.sh: the command people run, `xspawn --nprocs 8 train`, timed from its start
 # to its exit (ROUNDS times, median), its accuracy over SEEDS, and the time to 91% test accuracy
 # against PyTorch DDP with its best settings on this machine (gloo, one process per core, one
-# thread each, the same recipe: Adam with a one-cycle schedule, global batch 128, fp32), both
+# thread each, the same recipe: Adam with a one-cycle schedule, the same betas and label
+# smoothing, global batch 128, fp32), both
 # as whole commands from start to exit with their evaluations, stopping at the first epoch
 # that reaches 91%. Rounds alternate which side goes first.
 #
@@ -38,7 +39,7 @@ torch_run() {  # prints "wall accuracy"
   local t0 t1 acc
   t0=$(now)
   acc=$($PY scripts/bench_train_torch.py --nprocs "$TORCH_NPROCS" --batch-size "$torch_batch" --optimizer adam \
-        --lr "$lr" --lr-schedule onecycle --epochs "$epochs" --target 0.91 --stop-at-target --data-dir "$DATA" |
+        --lr "$lr" --betas "$betas" --label-smoothing "$smoothing" --lr-schedule onecycle --epochs "$epochs" --target 0.91 --stop-at-target --data-dir "$DATA" |
         tail -1 | $PY -c 'import json,sys; print(100 * json.loads(sys.stdin.read())["epochs"][-1]["test_accuracy"])')
   t1=$(now)
   echo "$(echo "$t1 - $t0" | bc) $acc"
@@ -52,8 +53,11 @@ for r in $(seq 1 "$ROUNDS"); do
     settings=$(grep -m1 '^training' "$OUT/last.log")
     epochs=$(sed -n 's/.* \([0-9]*\) epochs,.*/\1/p' <<<"$settings")
     lr=$(sed -n 's/.*adam lr \([0-9.e-]*\) .*/\1/p' <<<"$settings")
+    betas=$(sed -n 's/.* betas \([0-9.]*,[0-9.]*\) .*/\1/p' <<<"$settings")
+    smoothing=$(sed -n 's/.*label smoothing \([0-9.]*\),.*/\1/p' <<<"$settings")
+    smoothing=${smoothing:-0}
     echo "xspawn default: $settings"
-    echo "PyTorch DDP: N=$TORCH_NPROCS, batch $torch_batch, adam one-cycle lr $lr, $epochs epochs, fp32"
+    echo "PyTorch DDP: N=$TORCH_NPROCS, batch $torch_batch, adam betas $betas one-cycle lr $lr, label smoothing $smoothing, $epochs epochs, fp32"
   fi
   if [ $((r % 2)) -eq 1 ]; then
     xspawn_run "--stop-at-accuracy 91" >> "$OUT/x91"; torch_run >> "$OUT/t91"

@@ -135,7 +135,7 @@ def worker(rank, args):
                                          drop_last=alexnet)
     model = nn.parallel.DistributedDataParallel(AlexNet() if alexnet else ConvNet())
     if args.optimizer == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+        opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=tuple(float(b) for b in args.betas.split(",")))
     else:
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     # --precision bf16: CPU autocast, PyTorch's mixed precision (bf16 convolutions and matmuls,
@@ -159,7 +159,7 @@ def worker(rank, args):
         for x, y in loader:
             opt.zero_grad()
             with autocast():
-                loss = F.cross_entropy(model(prep(x)), y)
+                loss = F.cross_entropy(model(prep(x)), y, label_smoothing=args.label_smoothing)
             loss.backward()
             opt.step()
             if sched:
@@ -207,6 +207,8 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--lr-schedule", choices=["constant", "onecycle"], default="constant")
     p.add_argument("--momentum", type=float, default=0.0)
+    p.add_argument("--betas", default="0.9,0.999", help="Adam's B1,B2")
+    p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--target", type=float, default=0.90)
     p.add_argument("--max-steps", type=int, default=0)

@@ -24,7 +24,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libboost-dev libboost-program-options-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libgtest-dev googletest zlib1g-dev
+  libgtest-dev googletest zlib1g-dev libdeflate-dev
   libopenmpi-dev openmpi-bin libgloo-dev
   libdnnl-dev libopenblas-dev
   dataset-fashion-mnist

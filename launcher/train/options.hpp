@@ -24,6 +24,8 @@ struct TrainOptions {
   double lr = 0;
   double momentum = 0;
   double weightDecay = 0;
+  double beta1 = 0.9, beta2 = 0.999;  // Adam's
+  double labelSmoothing = 0;          // of the cross-entropy loss, in [0, 1]
   std::string lrSchedule = "step";  // step (StepLR by epoch) | onecycle (OneCycleLR by step, --lr its peak)
   int lrStep = 0;           // epochs between decays (0: constant learning rate)
   double lrDecay = 0.1;

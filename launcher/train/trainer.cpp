@@ -38,6 +38,8 @@ std::unique_ptr<optim::Optimizer> makeOptimizer(const TrainOptions& o, engine::M
   optim::AdamOptions a;
   a.lr = static_cast<float>(o.lr);
   a.weightDecay = static_cast<float>(o.weightDecay);
+  a.beta1 = static_cast<float>(o.beta1);
+  a.beta2 = static_cast<float>(o.beta2);
   return optim::Adam(model, a);
 }
 
@@ -59,6 +61,7 @@ Trainer::Trainer(const TrainOptions& options)
   cfg.numClasses = train_.numClasses;
   cfg.seed = o_.seed;
   model_ = models::create(*device_, cfg);
+  model_->setLabelSmoothing(static_cast<float>(o_.labelSmoothing));
   optimizer_ = makeOptimizer(o_, *model_);
   xs::DataParallelOptions dp;
   dp.bucketBytes = static_cast<std::size_t>(o_.bucketMb * 1e6);

@@ -246,6 +246,33 @@ TEST(GradCheck, CrossEntropy) {
   expectGradient("cross-entropy dlogits", x, dx, one, fwd, 1e-2f, 1e-2);
 }
 
+TEST(GradCheck, CrossEntropyWithLabelSmoothing) {
+  // torch's CrossEntropyLoss(label_smoothing=eps): (1 - eps) * nll + eps * mean over classes of
+  // -log p, and its gradient.
+  const int B = 4, C = 6;
+  const float eps = 0.1f;
+  auto x = pattern(B * C, 28, 3.f);
+  std::vector<std::int32_t> labels{5, 0, 2, 2};
+  std::vector<float> probs(B * C), dx(B * C), lp(B * C), one{1.f};
+  logSoftmaxForward(lp.data(), x.data(), B, C);
+  double expected = 0;
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < C; ++c)
+      expected -= lp[b * C + c] * ((c == labels[b] ? 1 - eps : 0.f) + eps / C) / B;
+  EXPECT_NEAR(crossEntropyForward(probs.data(), x.data(), labels.data(), B, C, eps), expected, 1e-5);
+  auto fwd = [&] { return std::vector<float>{crossEntropyForward(probs.data(), x.data(), labels.data(), B, C, eps)}; };
+  fwd();
+  crossEntropyBackward(dx.data(), probs.data(), labels.data(), B, C, 1.f, eps);
+  expectGradient("label-smoothed cross-entropy dlogits", x, dx, one, fwd, 1e-2f, 1e-2);
+  // eps = 0 is plain cross-entropy, to the bit.
+  std::vector<float> plain(B * C), zero(B * C);
+  const float a = crossEntropyForward(probs.data(), x.data(), labels.data(), B, C);
+  crossEntropyBackward(plain.data(), probs.data(), labels.data(), B, C);
+  EXPECT_EQ(a, crossEntropyForward(probs.data(), x.data(), labels.data(), B, C, 0.f));
+  crossEntropyBackward(zero.data(), probs.data(), labels.data(), B, C, 1.f, 0.f);
+  EXPECT_EQ(plain, zero);
+}
+
 TEST(OpErrors, BadShapesAndLabels) {
   Device dev;
   std::vector<float> buf(1000);

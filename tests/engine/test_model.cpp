@@ -93,6 +93,32 @@ TEST(Model, Resnet18Learns) { expectLearns("resnet18", 16, 8, 0.02f); }
 // Gradients handed between the Winograd convolutions and the max-pools in channel blocks (no
 // reorders) give the same weights, bit for bit, as in channels-last: the convnet (all three
 // pools tiled or overlapping next to such convolutions) and AlexNet (a 3x3 after a pool).
+TEST(Model, LabelSmoothingIsTheModelsLoss) {
+  // The model's loss and gradient follow setLabelSmoothing in train steps and evaluations; a
+  // value outside [0, 1] is refused and leaves the loss as it was.
+  Device dev;
+  Model m = test::build(dev, config("mlp", 0, 3));
+  const int batch = 4, C = m.numClasses();
+  auto x = test::pattern(batch * m.inputShape().numel(), 11);
+  std::vector<std::int32_t> y{1, 7, 3, 3};
+  const float plain = m.evaluate(x.data(), y.data(), batch).loss;
+  std::vector<float> lp(batch * C);
+  logSoftmaxForward(lp.data(), m.forward(false).data(), batch, C);
+  m.setLabelSmoothing(0.25f);
+  EXPECT_FLOAT_EQ(m.labelSmoothing(), 0.25f);
+  double mean = 0;  // mean over samples and classes of -log p
+  for (float v : lp) mean -= v / (batch * C);
+  EXPECT_NEAR(m.evaluate(x.data(), y.data(), batch).loss, 0.75 * plain + 0.25 * mean, 1e-5);
+  EXPECT_NEAR(m.trainStep(x.data(), y.data(), batch).loss, 0.75 * plain + 0.25 * mean, 1e-5);
+  try {
+    m.setLabelSmoothing(1.5f);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("label smoothing 1.500000 is outside [0, 1]"), std::string::npos) << e.what();
+  }
+  EXPECT_FLOAT_EQ(m.labelSmoothing(), 0.25f);
+}
+
 TEST(Model, BlockedGradientsGiveTheSameBits) {
   for (auto [name, size, batch] : {std::tuple{"convnet", 0, 8}, std::tuple{"alexnet", 63, 2}}) {
     std::vector<float> weights[2];

@@ -16,13 +16,16 @@ TEST(TrainOptions, DefaultsFollowTheModel) {
   EXPECT_EQ(o.model, "convnet");
   EXPECT_EQ(o.optimizer, "adam");
   EXPECT_EQ(o.lrSchedule, "onecycle");
-  EXPECT_EQ(o.epochs, 4);
-  EXPECT_NE(describe(o).find("adam lr 0.003 weight decay 0, one cycle"), std::string::npos) << describe(o);
+  EXPECT_EQ(o.epochs, 3);
+  EXPECT_NE(describe(o).find("adam lr 0.003 betas 0.9,0.99 weight decay 0, label smoothing 0.2, one cycle"),
+            std::string::npos) << describe(o);
   TrainOptions a = parseOptions({"--model", "alexnet", "--dataset", "synthetic"});
   resolveDefaults(a);
   EXPECT_EQ(a.imageSize, 224);
   EXPECT_EQ(a.batchSize, 32);
   EXPECT_EQ(a.epochs, 1);
+  EXPECT_DOUBLE_EQ(a.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(a.labelSmoothing, 0.0);
   TrainOptions r = parseOptions({"--model", "resnet18", "--data-dir", "/somewhere"});
   resolveDefaults(r);
   EXPECT_EQ(r.dataset, "cifar10");
@@ -42,6 +45,33 @@ TEST(TrainOptions, ExplicitValuesWin) {
   EXPECT_EQ(o.batchSize, 100);
   EXPECT_EQ(o.epochs, 3);
   EXPECT_EQ(o.imageSize, 32);
+}
+
+TEST(TrainOptions, BetasAndLabelSmoothing) {
+  TrainOptions o = parseOptions({"--betas", "0.8,0.95", "--label-smoothing", "0.05"});
+  EXPECT_DOUBLE_EQ(o.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(o.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(o.labelSmoothing, 0.05);
+  EXPECT_DOUBLE_EQ(parseOptions({"--optimizer", "sgd"}).labelSmoothing, 0.2);  // the model's, whatever the optimizer
+  // Each bad value says what is wrong and what to give instead.
+  const std::pair<std::vector<std::string>, std::string> bad[] = {
+      {{"--betas", "0.9"}, "--betas 0.9: give two numbers in [0, 1) separated by a comma, e.g. 0.9,0.999"},
+      {{"--betas", "0.9,1"}, "--betas 0.9,1: give two numbers"},
+      {{"--betas", "0.9,x"}, "--betas 0.9,x: give two numbers"},
+      {{"--betas", "0.9,0.99,0.9"}, "--betas 0.9,0.99,0.9: give two numbers"},
+      {{"--betas", "-0.1,0.9"}, "--betas -0.1,0.9: give two numbers"},
+      {{"--optimizer", "sgd", "--betas", "0.9,0.99"}, "--betas: they are Adam's; with --optimizer sgd use --momentum"},
+      {{"--label-smoothing", "1.5"}, "--label-smoothing 1.5: use a value in [0, 1] (0: plain cross-entropy)"},
+      {{"--label-smoothing", "-0.1"}, "--label-smoothing -0.1: use a value in [0, 1]"},
+  };
+  for (const auto& [args, message] : bad) {
+    try {
+      parseOptions(args);
+      ADD_FAILURE() << "no error for " << args.back();
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(TrainOptions, LearningRateSchedules) {

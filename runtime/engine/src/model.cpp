@@ -41,6 +41,13 @@ void Model::initialize(std::uint64_t seed) {
   buffers_.initialize(seed);
 }
 
+void Model::setLabelSmoothing(float eps) {
+  XS_CHECK(eps >= 0.f && eps <= 1.f, UsageError,
+           "model '" + name_ + "': label smoothing " + std::to_string(eps) +
+               " is outside [0, 1]: use 0 (plain cross-entropy) up to 1, 0.1 is usual");
+  labelSmoothing_ = eps;
+}
+
 void Model::checkSample(const Shape& sample) const {
   XS_CHECK(sample == input_, ShapeError,
            "model '" + name_ + "' takes samples of " + input_.str() + " but the data holds samples of " +
@@ -78,7 +85,8 @@ const Tensor& Model::forward(bool train) {
 float Model::loss() {
   XS_CHECK(logits_, UsageError, "loss before forward");
   return crossEntropyForward(probs_.data(), logits_->data(),
-                             reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, numClasses_);
+                             reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, numClasses_,
+                             labelSmoothing_);
 }
 
 int Model::correct() {
@@ -93,7 +101,8 @@ void Model::backward() {
   loss();  // refreshes the softmax the gradient starts from
   dlogits_.ensure(dev_, logits_->shape(), "logit gradients");
   crossEntropyBackward(dlogits_.data(), probs_.data(),
-                       reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, numClasses_);
+                       reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, numClasses_, 1.f,
+                       labelSmoothing_);
   nn::Context ctx{dev_, params_, buffers_, train_, seed_, step_, &gradReady_};
   net_->backward(dlogits_, ctx);
 }

@@ -173,12 +173,13 @@ void logSoftmaxBackward(float* dx, const float* dy, const float* y, int B, int C
 float nllLossForward(const float* logp, const std::int32_t* labels, int B, int C);
 // -> dlogp [B, C] = -1/B at the label, 0 elsewhere (scaled by dloss)
 void nllLossBackward(float* dlogp, const std::int32_t* labels, int B, int C, float dloss = 1.f);
-// logits [B, C], labels [B] -> probs [B, C] = softmax, returns the mean cross-entropy
+// logits [B, C], labels [B] -> probs [B, C] = softmax, returns the mean cross-entropy against
+// the target (1 - smoothing) * onehot + smoothing / C (torch's label_smoothing)
 float crossEntropyForward(float* probs, const float* logits, const std::int32_t* labels, int B,
-                          int C);
-// -> dlogits [B, C] = (probs - onehot) / B (scaled by dloss)
+                          int C, float smoothing = 0.f);
+// -> dlogits [B, C] = (probs - target) / B (scaled by dloss), the target as above
 void crossEntropyBackward(float* dlogits, const float* probs, const std::int32_t* labels, int B,
-                          int C, float dloss = 1.f);
+                          int C, float dloss = 1.f, float smoothing = 0.f);
 // logits [B, C] -> how many rows have their maximum at the label
 int countCorrect(const float* logits, const std::int32_t* labels, int B, int C);
 // Throws ShapeError naming the first label outside [0, C).

@@ -48,7 +48,7 @@ void nllLossBackward(float* dlogp, const std::int32_t* labels, int B, int C, flo
 }
 
 float crossEntropyForward(float* probs, const float* logits, const std::int32_t* labels, int B,
-                          int C) {
+                          int C, float smoothing) {
   checkLabels(labels, B, C);
   double loss = 0.0;
   for (int b = 0; b < B; ++b) {
@@ -56,21 +56,24 @@ float crossEntropyForward(float* probs, const float* logits, const std::int32_t*
     float* p = probs + static_cast<std::size_t>(b) * C;
     float mx = r[0];
     for (int c = 1; c < C; ++c) mx = std::max(mx, r[c]);
-    double s = 0.0;
-    for (int c = 0; c < C; ++c) s += std::exp(static_cast<double>(r[c] - mx));
+    double s = 0.0, sum = 0.0;
+    for (int c = 0; c < C; ++c) s += std::exp(static_cast<double>(r[c] - mx)), sum += r[c];
     for (int c = 0; c < C; ++c) p[c] = static_cast<float>(std::exp(static_cast<double>(r[c] - mx)) / s);
-    loss += std::log(s) + mx - r[labels[b]];
+    // -sum_c target_c * log p_c, target = (1 - smoothing) at the label + smoothing / C everywhere
+    const double lse = std::log(s) + mx;
+    loss += lse - (1.0 - smoothing) * r[labels[b]];
+    if (smoothing != 0.f) loss -= smoothing * sum / C;
   }
   return static_cast<float>(loss / B);
 }
 
 void crossEntropyBackward(float* dlogits, const float* probs, const std::int32_t* labels, int B,
-                          int C, float dloss) {
-  const float k = dloss / B;
+                          int C, float dloss, float smoothing) {
+  const float k = dloss / B, uniform = smoothing / static_cast<float>(C);
   for (int b = 0; b < B; ++b) {
     std::size_t o = static_cast<std::size_t>(b) * C;
-    for (int c = 0; c < C; ++c) dlogits[o + c] = probs[o + c] * k;
-    dlogits[o + labels[b]] -= k;
+    for (int c = 0; c < C; ++c) dlogits[o + c] = (probs[o + c] - uniform) * k;
+    dlogits[o + labels[b]] -= (1.f - smoothing) * k;
   }
 }
 

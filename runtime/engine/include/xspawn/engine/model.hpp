@@ -53,7 +53,7 @@ class Model {
   void setBatch(const float* images, const std::int32_t* labels, int batch);
   // Logits [batch, classes] of the current batch; train selects batch statistics and dropout.
   const Tensor& forward(bool train);
-  float loss();      // mean cross-entropy of the last forward
+  float loss();      // mean cross-entropy of the last forward (label-smoothed when set)
   int correct();     // correct predictions of the last forward
   void backward();   // accumulates d loss / d params into the gradient buffer
 
@@ -65,6 +65,12 @@ class Model {
   ParamStore& params() { return params_; }
   ParamStore& buffers() { return buffers_; }  // BatchNorm running statistics
   std::size_t gradientCount() const { return params_.size(); }
+  // torch.nn.CrossEntropyLoss(label_smoothing=eps): loss() and backward() compare the logits
+  // with (1 - eps) on the label plus eps / numClasses() on every class, for training and
+  // evaluation alike. 0 (the default) is plain cross-entropy. Throws UsageError outside [0, 1].
+  void setLabelSmoothing(float eps);
+  float labelSmoothing() const { return labelSmoothing_; }
+
   // Places the gradient buffer in caller memory (gradientCount() floats, 64-byte aligned).
   void bindGradients(float* external, std::size_t count) { params_.bindGradients(external, count); }
   void zeroGrad() { params_.zeroGrad(); }
@@ -98,6 +104,7 @@ class Model {
   int numClasses_ = 0;
   std::uint64_t seed_ = 0;
   double flops_ = 0;
+  float labelSmoothing_ = 0.f;
   ParamStore params_{true}, buffers_{false};
   std::unique_ptr<nn::Sequential> net_;
   Tensor images_, labels_, probs_, dlogits_;
