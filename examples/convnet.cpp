@@ -1,8 +1,8 @@
 // convnet.cpp: `xspawn --nprocs 8 train`, written as a user program: seed 004's convnet built
 // by hand from xs::nn layers, Fashion-MNIST normalised, Adam (betas 0.9, 0.99) with a one-cycle
 // schedule (peak lr 3e-3, set before every step), label smoothing 0.2, bf16, batch 16 per core,
-// 3 epochs, seed 1234. With the same
-// settings it trains the same bits as the built-in trainer (the same weights hash) at the same speed.
+// 3 epochs, seed 1234. With the same settings it trains the same bits as the built-in trainer
+// (the same weights hash) at the same speed.
 //
 //   ./convnet                       # 8 workers, as `xspawn --nprocs 8 train`
 //   ./convnet --nprocs 2 --epochs 1 --max-steps 50

@@ -15,6 +15,8 @@ namespace xs::train {
 namespace po = boost::program_options;
 namespace {
 
+constexpr double kAdamBeta2 = 0.999;  // torch.optim.Adam's
+
 // Per-model defaults (every one can be overridden on the command line).
 struct ModelDefaults {
   const char* model;
@@ -25,7 +27,7 @@ struct ModelDefaults {
   int lrStep;
   double lrDecay;
   const char* precision;
-  double beta2 = 0.999;         // Adam's second beta (the first is torch's 0.9 everywhere)
+  double beta2 = kAdamBeta2;    // Adam's second beta (the first is torch's 0.9 everywhere)
   double labelSmoothing = 0.0;  // torch.nn.CrossEntropyLoss(label_smoothing=...)
 };
 
@@ -156,7 +158,7 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
   o.beta2 = d.beta2;
   o.labelSmoothing = d.labelSmoothing;
   if (vm.count("optimizer") && o.optimizer != d.optimizer)
-    o.momentum = 0, o.weightDecay = 0, o.lrSchedule = "step", o.lrStep = 0, o.beta2 = 0.999;
+    o.momentum = 0, o.weightDecay = 0, o.lrSchedule = "step", o.lrStep = 0, o.beta2 = kAdamBeta2;
   take(vm, "epochs", o.epochs);
   take(vm, "batch-size", o.batchSize);
   take(vm, "lr", o.lr);
