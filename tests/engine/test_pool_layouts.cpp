@@ -71,6 +71,13 @@ TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
       {3, 7, 8, 3, 3, 0},     // the last row and column in no window
       {16, 5, 5, 3, 1, 1},
       {17, 13, 13, 3, 2, 0},  // AlexNet's shape
+      // 2x2 windows take their own kernels: edges in 1 or 2 windows, uncovered rows and
+      // columns, channels not in blocks of 16
+      {48, 7, 9, 2, 2, 0},
+      {20, 6, 7, 2, 2, 0},
+      {16, 5, 5, 2, 1, 0},
+      {3, 4, 6, 2, 1, 0},
+      {32, 2, 5, 2, 1, 0},
   };
   for (const Case& cs : cases)
     for (bool nan : {false, true})
@@ -139,7 +146,8 @@ TEST(PoolLayouts, BlockedGradientsNeedChannelsLastAndWholeBlocks) {
 TEST(PoolLayouts, RoundedGradientIsTheRoundedGradient) {
   // dxRounded (emulated bf16, the convolution before rounds dx): each value is the rounding of
   // the unrounded kernel's, in both dx layouts, with and without the fused ReLU.
-  const Case cases[] = {{32, 26, 26, 2, 2, 0}, {128, 8, 8, 2, 2, 0}, {16, 5, 7, 2, 2, 0}, {35, 9, 9, 3, 3, 0}};
+  const Case cases[] = {{32, 26, 26, 2, 2, 0}, {128, 8, 8, 2, 2, 0}, {16, 5, 7, 2, 2, 0}, {48, 7, 9, 2, 2, 0},
+                        {20, 6, 7, 2, 2, 0},  {35, 9, 9, 3, 3, 0}};
   for (const Case& cs : cases)
     for (bool fused : {false, true})
       for (bool blocked : {false, true}) {

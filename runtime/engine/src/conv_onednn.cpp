@@ -130,6 +130,7 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   const bool wino = act == dt::f32 && winograd && g.kh == 3 && g.kw == 3 && g.stride == 1 && g.c >= 16;
   const auto direct = dnnl::algorithm::convolution_direct;
   const auto back = wino ? dnnl::algorithm::convolution_winograd : direct;
+  const auto backData = wino && winogradDataGradient(g) ? dnnl::algorithm::convolution_winograd : direct;
   // A single input channel (a grey image's first layer, which needs no input gradient): the
   // weight gradient on oneDNN's own layout of dy (nChw16c) takes 1.16 ms where the NHWC kernel
   // takes 2.39 (convnet conv 1, batch 100); the max-pool after it hands dy over in that layout.
@@ -144,7 +145,7 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
                                                    dstFwd, strides, pad, pad);
   dnnl::convolution_forward::primitive_desc fpd(fd, attr, eng);
   dnnl::convolution_backward_data::primitive_desc dpd(
-      dnnl::convolution_backward_data::desc(back, bDiffSrc, weiAny, bDiffDst, strides, pad, pad), attr, eng, fpd);
+      dnnl::convolution_backward_data::desc(backData, bDiffSrc, weiAny, bDiffDst, strides, pad, pad), attr, eng, fpd);
   auto wd = bias ? dnnl::convolution_backward_weights::desc(back, bSrc, diffWeiAny, biasMd, bDiffDst, strides,
                                                             pad, pad)
                  : dnnl::convolution_backward_weights::desc(back, bSrc, diffWeiAny, bDiffDst, strides, pad, pad);
@@ -193,6 +194,12 @@ Entry* entry(Device& dev, const ConvGeom& g, bool bias) {
 }
 
 }  // namespace
+
+bool winogradDataGradient(const ConvGeom& g) {
+  // Multiply-adds from which the data gradient runs on Winograd.
+  constexpr double kWinogradDataMacs = 1 << 30;
+  return static_cast<double>(g.n) * g.h * g.w * g.c * g.oc * g.kh * g.kw >= kWinogradDataMacs;
+}
 
 bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias, bool dx) {
   if (!g.srcNhwc || !g.dstNhwc || g.oc % 16 != 0 || (dx && g.c % 16 != 0)) return false;

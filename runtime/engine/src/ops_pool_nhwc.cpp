@@ -45,11 +45,49 @@ template <int L>
   std::memcpy(argmax, at, sizeof at);
 }
 
+// 2x2 windows without padding (the convnet's three pools), stride S: the four pixels of a window
+// at fixed offsets, the scan over them unrolled and the channel loop vectorised whole. The same
+// scan order and tie rule as windowMax: the first pixel is the start (a -inf there stays with it
+// as the -inf start would), a later one wins if greater or NaN.
+template <int S>
+[[gnu::always_inline]] inline void maxPool2x2Forward(float* __restrict y, std::int32_t* __restrict argmax,
+                                                     const float* __restrict x, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c, w = g.w;
+  const std::size_t row = static_cast<std::size_t>(w) * c;
+  for (int n = 0; n < g.n; ++n) {
+    const float* img = x + static_cast<std::size_t>(n) * g.h * row;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
+        const std::int32_t h0 = oy * S * w + ox * S;
+        const float* p0 = img + static_cast<std::size_t>(h0) * c;
+        const float* p1 = p0 + row;
+#pragma omp simd
+        for (int k = 0; k < c; ++k) {
+          float best = p0[k];
+          std::int32_t at = h0;
+          const float v1 = p0[c + k], v2 = p1[k], v3 = p1[c + k];
+          const bool t1 = (v1 > best) | (v1 != v1);
+          best = t1 ? v1 : best;
+          at = t1 ? h0 + 1 : at;
+          const bool t2 = (v2 > best) | (v2 != v2);
+          best = t2 ? v2 : best;
+          at = t2 ? h0 + w : at;
+          const bool t3 = (v3 > best) | (v3 != v3);
+          y[o + k] = t3 ? v3 : best;
+          argmax[o + k] = t3 ? h0 + w + 1 : at;
+        }
+      }
+  }
+}
+
 }  // namespace
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void maxPoolNhwcForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g) {
   // x [n, h, w, c] -> y, argmax [n, oh, ow, c]
+  if (g.k == 2 && g.pad == 0 && g.stride == 2) return maxPool2x2Forward<2>(y, argmax, x, g);
+  if (g.k == 2 && g.pad == 0 && g.stride == 1) return maxPool2x2Forward<1>(y, argmax, x, g);
   const int oh = g.oh(), ow = g.ow(), c = g.c;
   for (int n = 0; n < g.n; ++n) {
     const float* img = x + static_cast<std::size_t>(n) * g.h * g.w * c;
