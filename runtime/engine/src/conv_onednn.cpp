@@ -122,10 +122,10 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   // The backward passes of fp32 3x3 stride-1 convolutions with at least 16 input channels run
   // on oneDNN's Winograd F(4x4, 3x3) primitives (blocked layouts inside): 2.25x fewer
   // multiplies, measured 1.10x (convnet) to 1.23x (ResNet-18) the whole step; the data gradient
-  // only on big passes (winogradDataGradient). Their gradients
-  // stay within the golden tests' tolerance of PyTorch's; a Winograd forward does not (its
-  // rounding reaches ResNet-18's first weight gradient through the batch-norms), so the forward
-  // stays direct. setConvWinograd(false) or $XS_ENGINE_WINOGRAD=0: direct everywhere.
+  // only on big passes (winogradDataGradient). Their gradients stay within the golden tests'
+  // tolerance of PyTorch's; a Winograd forward does not (its rounding reaches ResNet-18's first
+  // weight gradient through the batch-norms), so the forward stays direct.
+  // setConvWinograd(false) or $XS_ENGINE_WINOGRAD=0: direct everywhere.
   // Emulated bf16 takes them too: they compute the convolution of its rounded operands with
   // fp32 arithmetic, to the same tolerance as fp32's direct passes.
   const bool wino = act == dt::f32 && winograd && g.kh == 3 && g.kw == 3 && g.stride == 1 && g.c >= 16;

@@ -16,7 +16,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
 // too: only from 2^30 multiply-adds. Winograd's small GEMMs and transforms lose to the direct
 // pass, which runs at the core's peak, on the convnet's sizes (batch 16: 0.49 + 0.91 ms direct
 // against 0.69 + 1.18 for conv 2 + 3, 1.11x the whole step; even at batch 100); ResNet-18's and
-// AlexNet's 3x3 layers (3.2G multiply-adds and up) run 1.4-2.2x faster on it. The weight
+// AlexNet's 3x3 layers (3.2G multiply-adds and up) run 1.4-2.3x faster on it. The weight
 // gradient keeps Winograd at every size (conv 3 at batch 16: 0.62 ms against 1.09 direct).
 bool winogradDataGradient(const ConvGeom& g);
 // Backward weights reads diff_dst as nChw16c; with dx, backward data also reads diff_dst and
