@@ -1,5 +1,5 @@
 // custom_network.cpp: a network of one's own (a small residual net with batch-norm, pools,
-// dropout and a layer of one's own) on a dataset of one's own made by a function, trained with
+// dropout and two layers of one's own) on a dataset of one's own made by a function, trained with
 // SGD + nesterov and a cosine schedule, gradients all-reduced in buckets while backward runs; a
 // checkpoint every epoch, and --resume continues from it bit for bit; so does a restarted job.
 //
@@ -7,6 +7,7 @@
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --resume 1   # epochs 3 and 4
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --max-restarts 1 \
 //       --inject-fault rank=1,step=100,kind=crash   # rank 1 dies in epoch 2; the new gang resumes
+//   ./custom_network --nprocs 4 --precision bf16      # bf16 products (fp32 by default)
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -68,16 +69,54 @@ class FeatureMean : public nn::Module {
   float mean_ = 0.f;
 };
 
+// A layer of one's own that writes a tensor of its own: torch's Hardtanh(-kClip, kClip). A bf16
+// value clipped to kClip (a bf16 value) is a bf16 value, and the gradient is dy or 0, so it carries
+// what the layers around it say on their tensors from x to y and from dy to dx: Tensor::bf16Values
+// (the values are bf16 already: a bf16 layer skips rounding them) and Tensor::bf16Grad (the writer
+// of x rounds its gradient anyway, so whoever reads y may hand the gradient back rounded). With
+// --precision bf16 the layers around it keep their rounding shortcuts.
+class Clip : public nn::Module {
+ public:
+  static constexpr float kClip = 4.f;
+  xs::engine::Shape build(const xs::engine::Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
+  void fuseWithNext(nn::Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
+  bool roundsInputToBf16() const override { return nextRounds_; }  // its output keeps rounded input rounded
+  const xs::engine::Tensor& forward(const xs::engine::Tensor& x, nn::Context& ctx) override {
+    x_ = &x;
+    y_.ensure(ctx.dev, x.shape(), "activations");
+    y_.setLayout(x.layout());
+    for (std::size_t i = 0; i < x.numel(); ++i) y_.data()[i] = std::clamp(x.data()[i], -kClip, kClip);
+    y_.setBf16Values(x.bf16Values());
+    y_.setBf16Grad(chained_ && x.bf16Grad());  // only when its dx goes straight to x's writer
+    return y_;
+  }
+  const xs::engine::Tensor& backward(const xs::engine::Tensor& dy, nn::Context& ctx) override {
+    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    dx_.setLayout(dy.layout());
+    for (std::size_t i = 0; i < dy.numel(); ++i)
+      dx_.data()[i] = std::fabs(x_->data()[i]) < kClip ? dy.data()[i] : 0.f;  // a NaN passes none
+    dx_.setBf16Values(dy.bf16Values());
+    return dx_;
+  }
+
+ private:
+  bool nextRounds_ = false;
+};
+
 std::unique_ptr<nn::Sequential> residualNet(FeatureMean*& watch) {
   // [3,16,16] -conv3p1-> [32,16,16] -block-> [32,16,16] -block s2-> [64,8,8] -avg2-> [64,4,4]
-  // -global avg-> [64,1,1] -> 64 -> classes
+  // -global avg-> [64,1,1] -> 64 -> 64 -> classes
   auto net = std::make_unique<nn::Sequential>();
   net->add("stem", nn::Conv2d(3, 32, 3, 1, 1, false)).add("bn", nn::BatchNorm2d(32, true))
       .add("block1", nn::BasicBlock(32, 32, 1)).add("block2", nn::BasicBlock(32, 64, 2))
       .add("pool", nn::AvgPool2d(2)).add("gap", nn::AdaptiveAvgPool2d(1, 1)).add("flatten", nn::Flatten());
   auto mean = std::make_unique<FeatureMean>();
   watch = mean.get();
-  net->add("features", std::move(mean)).add("dropout", nn::Dropout(0.1f)).add("fc", nn::Linear(64, kClasses));
+  // The head: a hidden layer clipped, then rectified (min(max(x, 0), kClip), as ReLU6 with 4). In bf16
+  // hidden's backward rounds its dy, so the ReLU hands its dx back rounded through the clip, and
+  // the ReLU writes its output rounded for fc: Clip passes both on (Tensor::bf16Grad, bf16Values).
+  net->add("features", std::move(mean)).add("dropout", nn::Dropout(0.1f)).add("hidden", nn::Linear(64, 64))
+      .add("clip", std::make_unique<Clip>()).add("relu", nn::ReLU()).add("fc", nn::Linear(64, kClasses));
   return net;
 }
 
@@ -89,7 +128,7 @@ void map_fn(int, const xs::Flags& flags) {
   const bool resume = flags.get("resume", 0) != 0 || restarted;
   const data::Dataset train = stripes(data::Split::kTrain, 2048), test = stripes(data::Split::kTest, 512);
 
-  xs::engine::Device device(xs::device_options());
+  xs::engine::Device device(xs::device_options(xs::engine::parsePrecision(flags.get("precision", "fp32"))));
   FeatureMean* features = nullptr;  // owned by the model
   xs::engine::Model model(device, {residualNet(features), {3, kSide, kSide}, kClasses, "stripes_resnet"}, 7);
   auto optimizer = xs::optim::SGD(model, {.lr = 0.05f, .momentum = 0.9f, .weightDecay = 5e-4f, .nesterov = true});

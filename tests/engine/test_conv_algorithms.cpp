@@ -8,6 +8,7 @@
 
 #include "conv_onednn.hpp"
 #include "ops.hpp"
+#include "test_util.hpp"
 #include "xspawn/engine/device.hpp"
 
 namespace xs::engine {
@@ -17,16 +18,6 @@ ConvGeom conv3x3(int n, int c, int hw, int oc) {
   ConvGeom g{n, c, hw, hw, oc, 3, 3};
   g.pad = 1;
   return g;
-}
-
-std::vector<float> noise(std::size_t n, unsigned seed) {
-  std::vector<float> v(n);
-  unsigned s = seed * 2654435761u + 7;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = static_cast<float>(static_cast<int>(s >> 9) % 2001 - 1000) / 1000.f;
-  }
-  return v;
 }
 
 }  // namespace
@@ -49,7 +40,7 @@ TEST(ConvAlgorithms, WinogradDataGradientMatchesDirect) {
   Device dev;
   const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
   const std::size_t nw = static_cast<std::size_t>(g.oc) * g.c * 9, ny = static_cast<std::size_t>(g.n) * g.oc * g.oh() * g.ow();
-  auto x = noise(nx, 1), w = noise(nw, 2), dy = noise(ny, 3);
+  auto x = test::pattern(nx, 1), w = test::pattern(nw, 2), dy = test::pattern(ny, 3);
   auto run = [&](bool winograd) {
     setConvWinograd(winograd);
     std::vector<float> dx(nx), dw(nw, 0.f);

@@ -72,6 +72,9 @@ straight=$("$prefix/bin/xspawn" --nprocs 2 -q --trace "$work/trace.json" run -- 
 echo "resumed: $resumed; uninterrupted: $straight"
 test "$resumed" = "$straight"
 
+step "the custom network in bf16: its own layers carry the tensors' bf16 flags, the run ends in one set of weights"
+"$work/examples/custom_network" --nprocs 2 --epochs 1 --precision bf16 | grep "weights hash"
+
 step "the custom network's own xs::Trace spans in the installed xspawn's trace"
 test "$(grep -c '"name":"epoch end","cat":"user"' "$work/trace.json")" = 6  # 3 epochs x 2 ranks
 

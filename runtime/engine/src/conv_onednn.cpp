@@ -250,7 +250,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
       keptValid = r != e->roundedSrc.end();
       x = keptValid ? r->second.data() : roundedCopy(dev, e->roundedStage, x, srcCount(g));
     }
-    w = roundedCopy(dev, e->roundedWei, w, weiCount(g));
+    if (dx) w = roundedCopy(dev, e->roundedWei, w, weiCount(g));  // only the data gradient reads w
     if (!g.dyBf16 && !g.dyRounded) dy = roundedCopy(dev, e->roundedDiffDst, dy, dstCount(g));
   }
   // Blocked dy and dx (g.dyBlocked / g.dxBlocked) are already in the primitives' layout.
