@@ -91,8 +91,9 @@ TEST(Golden, Pools) {
           Vec xl(x.size()), dyl(dy.size()), yl(y.size()), dxl(x.size()), back(x.size());
           nchwToNhwc(xl.data(), x.data(), g.n, g.c, g.h * g.w);
           nchwToNhwc(dyl.data(), dy.data(), g.n, g.c, ohw);
-          maxPool2dForward(yl.data(), am.data(), xl.data(), g);
-          maxPool2dBackward(dxl.data(), dyl.data(), am.data(), g);
+          std::vector<std::uint16_t> code(y.size());
+          maxPoolNhwcForward(yl.data(), code.data(), xl.data(), g, PoolEpilogue::kNone);
+          maxPoolNhwcBackward(dxl.data(), dyl.data(), code.data(), g);
           nhwcToNchw(back.data(), yl.data(), g.n, g.c, ohw);
           expectClose(name + " nhwc y", back.data(), vec(c["y"]));
           nhwcToNchw(back.data(), dxl.data(), g.n, g.c, g.h * g.w);

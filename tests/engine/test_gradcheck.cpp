@@ -110,13 +110,21 @@ TEST(GradCheck, ReluFusedIntoMaxPool) {
     auto r = pattern(ny, 15);
     std::vector<float> rx(x.size()), y(ny), yFused(ny), dPool(x.size()), dSeparate(x.size()), dFused(x.size());
     std::vector<std::int32_t> am(ny), amFused(ny);
+    std::vector<std::uint16_t> code(ny), codeFused(ny);
     reluForward(rx.data(), x.data(), x.size());
-    maxPool2dForward(y.data(), am.data(), rx.data(), g);
-    maxPool2dBackward(dPool.data(), r.data(), am.data(), g);
+    if (nhwc) {  // the channels-last kernel fuses the ReLU in its forward's epilogue
+      maxPoolNhwcForward(y.data(), code.data(), rx.data(), g, PoolEpilogue::kNone);
+      maxPoolNhwcBackward(dPool.data(), r.data(), code.data(), g);
+      maxPoolNhwcForward(yFused.data(), codeFused.data(), x.data(), g, PoolEpilogue::kRelu);
+      maxPoolNhwcBackward(dFused.data(), r.data(), codeFused.data(), g);
+    } else {
+      maxPool2dForward(y.data(), am.data(), rx.data(), g);
+      maxPool2dBackward(dPool.data(), r.data(), am.data(), g);
+      maxPool2dForward(yFused.data(), amFused.data(), x.data(), g);
+      reluForward(yFused.data(), yFused.data(), ny);
+      maxPool2dBackward(dFused.data(), r.data(), amFused.data(), g, yFused.data());
+    }
     reluBackward(dSeparate.data(), dPool.data(), rx.data(), x.size());
-    maxPool2dForward(yFused.data(), amFused.data(), x.data(), g);
-    reluForward(yFused.data(), yFused.data(), ny);
-    maxPool2dBackward(dFused.data(), r.data(), amFused.data(), g, yFused.data());
     EXPECT_EQ(0, std::memcmp(y.data(), yFused.data(), ny * sizeof(float))) << (nhwc ? "nhwc" : "nchw");
     EXPECT_EQ(0, std::memcmp(dSeparate.data(), dFused.data(), x.size() * sizeof(float))) << (nhwc ? "nhwc" : "nchw");
   }

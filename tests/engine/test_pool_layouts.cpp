@@ -1,8 +1,9 @@
 // test_pool_layouts.cpp: the channels-last max-pool kernels give the same bits as the NCHW ones
-// (PyTorch's scan order and tie rule): values, indices and gradients, with and without the fused
-// ReLU, over window shapes that overlap, pad, leave pixels uncovered and split channel blocks;
-// and the same gradients when dy or dx are in channel blocks of 16 (nChw16c); the bf16-rounded
-// gradient and ReLU are the rounded ones.
+// (PyTorch's scan order and tie rule): values, picked pixels (window codes against plane indices)
+// and gradients, with and without the fused ReLU (and its bf16 rounding), over window shapes that
+// overlap, pad, leave pixels uncovered and split channel blocks; and the same gradients when dy
+// or dx are in channel blocks of 16 (nChw16c); the bf16-rounded gradient and ReLU are the
+// rounded ones; and each kernel refuses the other's geometry.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,6 +57,32 @@ std::vector<float> fromBlocked(const std::vector<float>& b, int n, int c, int hw
   return v;
 }
 
+// The NCHW kernel's plane indices as channels-last window codes [n, c, oh, ow]: the offset in
+// the k x k window from its unclipped origin, with the pass bit where dy goes through.
+std::vector<std::uint16_t> codesOf(const std::vector<std::int32_t>& am, const std::vector<float>& y,
+                                   const PoolGeom& g, bool relu) {
+  std::vector<std::uint16_t> c(am.size());
+  const int oh = g.oh(), ow = g.ow();
+  for (std::size_t i = 0; i < am.size(); ++i) {
+    const int oy = static_cast<int>(i / ow % oh), ox = static_cast<int>(i % ow);
+    const int iy = am[i] / g.w, ix = am[i] % g.w;
+    const int offset = (iy - (oy * g.stride - g.pad)) * g.k + (ix - (ox * g.stride - g.pad));
+    c[i] = static_cast<std::uint16_t>(offset | (!relu || y[i] > 0.f ? kPoolPasses : 0));
+  }
+  return c;
+}
+
+// [n, hw, c] -> [n, c, hw]
+template <class T>
+std::vector<T> transposed(const std::vector<T>& v, int n, int c, int hw) {
+  std::vector<T> t(v.size());
+  for (int i = 0; i < n; ++i)
+    for (int p = 0; p < hw; ++p)
+      for (int j = 0; j < c; ++j)
+        t[(static_cast<std::size_t>(i) * c + j) * hw + p] = v[(static_cast<std::size_t>(i) * hw + p) * c + j];
+  return t;
+}
+
 struct Case {
   int c, h, w, k, stride, pad;
 };
@@ -94,28 +121,31 @@ TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
         maxPool2dForward(y.data(), am.data(), x.data(), g);
         if (fused) reluForward(y.data(), y.data(), ny);
         maxPool2dBackward(dx.data(), dy.data(), am.data(), g, fused ? y.data() : nullptr);
-        // channels last
+        // channels last, the fused ReLU in the forward's epilogue
         PoolGeom gl = g;
         gl.nhwc = true;
         std::vector<float> xl(nx), dyl(ny), yl(ny), dxl(nx, 7.f), back(nx), backY(ny);
-        std::vector<std::int32_t> aml(ny), amBack(ny);
+        std::vector<std::uint16_t> code(ny);
         nchwToNhwc(xl.data(), x.data(), g.n, g.c, hw);
         nchwToNhwc(dyl.data(), dy.data(), g.n, g.c, ohw);
-        maxPool2dForward(yl.data(), aml.data(), xl.data(), gl);
-        if (fused) reluForward(yl.data(), yl.data(), ny);
-        maxPool2dBackward(dxl.data(), dyl.data(), aml.data(), gl, fused ? yl.data() : nullptr);
+        maxPoolNhwcForward(yl.data(), code.data(), xl.data(), gl, fused ? PoolEpilogue::kRelu : PoolEpilogue::kNone);
+        maxPoolNhwcBackward(dxl.data(), dyl.data(), code.data(), gl);
         nhwcToNchw(backY.data(), yl.data(), g.n, g.c, ohw);
         nhwcToNchw(back.data(), dxl.data(), g.n, g.c, hw);
-        for (int n = 0; n < g.n; ++n)  // indices: transpose by hand (int32)
-          for (int p = 0; p < ohw; ++p)
-            for (int ch = 0; ch < g.c; ++ch)
-              amBack[(static_cast<std::size_t>(n) * g.c + ch) * ohw + p] = aml[(static_cast<std::size_t>(n) * ohw + p) * g.c + ch];
         const std::string what = "c" + std::to_string(cs.c) + " " + std::to_string(cs.h) + "x" + std::to_string(cs.w) +
                                  " k" + std::to_string(cs.k) + " s" + std::to_string(cs.stride) + " p" +
                                  std::to_string(cs.pad) + (nan ? " nan" : "") + (fused ? " relu" : "");
         EXPECT_TRUE(sameBits(y, backY)) << what << ": pooled values";
-        EXPECT_EQ(am, amBack) << what << ": indices";
+        EXPECT_EQ(codesOf(am, y, g, fused), transposed(code, g.n, g.c, ohw)) << what << ": picked pixels";
         EXPECT_TRUE(sameBits(dx, back)) << what << ": gradient";
+        if (fused) {  // rounded in the same pass: the rounded values, the same codes
+          std::vector<float> yr(ny), want(ny);
+          std::vector<std::uint16_t> coder(ny);
+          maxPoolNhwcForward(yr.data(), coder.data(), xl.data(), gl, PoolEpilogue::kReluRoundedToBf16);
+          roundToBf16(yl.data(), want.data(), ny);
+          EXPECT_TRUE(sameBits(want, yr)) << what << ": rounded pooled values";
+          EXPECT_EQ(code, coder) << what << ": rounded codes";
+        }
         // Gradients in channel blocks of 16 (what the Winograd convolutions read and write), each
         // side alone and both: the same bits once converted back.
         if (g.c % 16 != 0) continue;
@@ -124,7 +154,7 @@ TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
           gb.dyBlocked = sides & 1;
           gb.dxBlocked = sides & 2;
           std::vector<float> dyb = gb.dyBlocked ? toBlocked(dyl, g.n, g.c, ohw) : dyl, dxb(nx, 7.f);
-          maxPool2dBackward(dxb.data(), dyb.data(), aml.data(), gb, fused ? yl.data() : nullptr);
+          maxPoolNhwcBackward(dxb.data(), dyb.data(), code.data(), gb);
           if (gb.dxBlocked) dxb = fromBlocked(dxb, g.n, g.c, hw);
           EXPECT_TRUE(sameBits(dxl, dxb)) << what << ": gradient with blocked " << (sides == 1 ? "dy" : sides == 2 ? "dx" : "dy and dx");
         }
@@ -136,11 +166,34 @@ TEST(PoolLayouts, BlockedGradientsNeedChannelsLastAndWholeBlocks) {
   g.nhwc = true;
   g.dxBlocked = true;
   std::vector<float> dy(24 * 4), dx(24 * 16), y(24 * 4);
+  std::vector<std::uint16_t> code(24 * 4, 0);
   std::vector<std::int32_t> am(24 * 4, 0);
-  EXPECT_THROW(maxPool2dBackward(dx.data(), dy.data(), am.data(), g), ShapeError);
+  EXPECT_THROW(maxPoolNhwcBackward(dx.data(), dy.data(), code.data(), g), ShapeError);
   g.c = 16;
   g.nhwc = false;
   EXPECT_THROW(maxPool2dBackward(dx.data(), dy.data(), am.data(), g), ShapeError);
+}
+
+TEST(PoolLayouts, EachKernelRefusesTheOtherLayout) {
+  PoolGeom g{1, 16, 4, 4, 2, 2, 0};
+  std::vector<float> x(16 * 16), y(16 * 4);
+  std::vector<std::uint16_t> code(16 * 4);
+  std::vector<std::int32_t> am(16 * 4);
+  EXPECT_THROW(maxPoolNhwcForward(y.data(), code.data(), x.data(), g, PoolEpilogue::kNone), ShapeError);
+  EXPECT_THROW(maxPoolNhwcBackward(x.data(), y.data(), code.data(), g), ShapeError);
+  g.nhwc = true;
+  EXPECT_THROW(maxPool2dForward(y.data(), am.data(), x.data(), g), ShapeError);
+  EXPECT_THROW(maxPool2dBackward(x.data(), y.data(), am.data(), g), ShapeError);
+  // A window whose offsets would not fit a code: the layer pools it in NCHW instead.
+  PoolGeom wide{1, 1, kMaxNhwcPoolWindow + 1, kMaxNhwcPoolWindow + 1, kMaxNhwcPoolWindow + 1, 1, 0};
+  wide.nhwc = true;
+  std::vector<float> big(static_cast<std::size_t>(wide.h) * wide.w);
+  try {
+    maxPoolNhwcForward(y.data(), code.data(), big.data(), wide, PoolEpilogue::kNone);
+    ADD_FAILURE() << "a window of " << wide.k << " was accepted";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("pool it in NCHW"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PoolLayouts, RoundedGradientIsTheRoundedGradient) {
@@ -159,14 +212,13 @@ TEST(PoolLayouts, RoundedGradientIsTheRoundedGradient) {
         auto x = ties(nx, static_cast<unsigned>(cs.c), false), dy = ties(ny, 3, false);
         for (std::size_t i = 0; i < ny; ++i) dy[i] = dy[i] * 1.2345678f + 1e-3f * static_cast<float>(i % 7);
         std::vector<float> y(ny), dx(nx), dxr(nx, 7.f), want(nx);
-        std::vector<std::int32_t> am(ny);
-        maxPool2dForward(y.data(), am.data(), x.data(), g);
-        if (fused) reluForward(y.data(), y.data(), ny);
+        std::vector<std::uint16_t> code(ny);
+        maxPoolNhwcForward(y.data(), code.data(), x.data(), g, fused ? PoolEpilogue::kRelu : PoolEpilogue::kNone);
         g.dxBlocked = blocked;
-        maxPool2dBackward(dx.data(), dy.data(), am.data(), g, fused ? y.data() : nullptr);
+        maxPoolNhwcBackward(dx.data(), dy.data(), code.data(), g);
         roundToBf16(dx.data(), want.data(), nx);
         g.dxRounded = true;
-        maxPool2dBackward(dxr.data(), dy.data(), am.data(), g, fused ? y.data() : nullptr);
+        maxPoolNhwcBackward(dxr.data(), dy.data(), code.data(), g);
         EXPECT_TRUE(sameBits(want, dxr)) << "c" << cs.c << " " << cs.h << "x" << cs.w << (fused ? " relu" : "")
                                          << (blocked ? " blocked" : "");
       }
@@ -177,8 +229,8 @@ TEST(PoolLayouts, RoundedGradientNeedsTilingWindows) {
   g.nhwc = true;
   g.dxRounded = true;
   std::vector<float> dy(16 * 100), dx(16 * 121);
-  std::vector<std::int32_t> am(16 * 100, 0);
-  EXPECT_THROW(maxPool2dBackward(dx.data(), dy.data(), am.data(), g), ShapeError);
+  std::vector<std::uint16_t> code(16 * 100, 0);
+  EXPECT_THROW(maxPoolNhwcBackward(dx.data(), dy.data(), code.data(), g), ShapeError);
 }
 
 TEST(PoolLayouts, ReluRoundedIsTheRoundedRelu) {

@@ -159,7 +159,7 @@ class Pool2d : public Module {
   const Tensor& forward(const Tensor& x0, Context& ctx) override {
     // Max-pool runs in either layout; the average pools pool channels-last input in NCHW (the
     // output stays NCHW, which the next convolution or flatten takes).
-    g_.nhwc = kind_ == kMax && x0.layout() == Layout::kNhwc;
+    g_.nhwc = kind_ == kMax && x0.layout() == Layout::kNhwc && g_.k <= kMaxNhwcPoolWindow;
     const Tensor& x = g_.nhwc ? x0 : toNchw(x0, ctx);
     x_ = &x0;
     g_.n = x.shape()[0];
@@ -178,11 +178,18 @@ class Pool2d : public Module {
     if (kind_ == kAvg) {
       avgPool2dForward(y_.data(), x.data(), g_);
     } else {
-      argmax_.ensure(ctx.dev, out, "max-pool indices");
-      maxPool2dForward(y_.data(), reinterpret_cast<std::int32_t*>(argmax_.data()), x.data(), g_);
       // max(relu(x)) = relu(max(x)); rounded in the same pass when the next layer would round it.
-      if (rounded) reluRoundedToBf16(y_.data(), y_.data(), y_.numel());
-      else if (reluBefore_) reluForward(y_.data(), y_.data(), y_.numel());
+      argmax_.ensure(ctx.dev, out, "max-pool indices");
+      if (g_.nhwc) {
+        const PoolEpilogue e = rounded ? PoolEpilogue::kReluRoundedToBf16
+                               : reluBefore_ ? PoolEpilogue::kRelu
+                                             : PoolEpilogue::kNone;
+        maxPoolNhwcForward(y_.data(), reinterpret_cast<std::uint16_t*>(argmax_.data()), x.data(), g_, e);
+      } else {
+        maxPool2dForward(y_.data(), reinterpret_cast<std::int32_t*>(argmax_.data()), x.data(), g_);
+        if (rounded) reluRoundedToBf16(y_.data(), y_.data(), y_.numel());
+        else if (reluBefore_) reluForward(y_.data(), y_.data(), y_.numel());
+      }
     }
     y_.setBf16Values(rounded);
     // The channels-last max-pool reads dy and writes dx in channel blocks as well: the
@@ -206,6 +213,8 @@ class Pool2d : public Module {
       adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
     else if (kind_ == kAvg)
       avgPool2dBackward(dx.data(), dy.data(), g_);
+    else if (g_.nhwc)  // the codes carry the fused ReLU's mask
+      maxPoolNhwcBackward(dx.data(), dy.data(), reinterpret_cast<const std::uint16_t*>(argmax_.data()), g_);
     else
       maxPool2dBackward(dx.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_,
                         reluBefore_ ? y_.data() : nullptr);
@@ -232,7 +241,8 @@ class Pool2d : public Module {
   bool nextRounds_ = false;  // the module after rounds its input to bf16 (roundsInputToBf16)
   bool blockedDx_ = false;   // dx goes back in channel blocks (see forward)
   PoolGeom g_{};
-  Tensor argmax_, staged_;
+  Tensor argmax_;  // plane indices (int32, NCHW) or window codes (uint16, channels last)
+  Tensor staged_;
 };
 
 class Relu : public Module {

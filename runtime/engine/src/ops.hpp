@@ -106,12 +106,32 @@ struct PoolGeom {
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
   bool tiles() const { return k == stride && pad == 0; }  // each input pixel in one window at most
 };
-// x [n, c, h, w] -> y [n, c, oh, ow], argmax [n, c, oh, ow] (index into the h*w plane)
+// NCHW max-pool: x [n, c, h, w] -> y [n, c, oh, ow], argmax [n, c, oh, ow] (index into the h*w
+// plane). ShapeError for a channels-last geometry (that one takes maxPoolNhwcForward).
 void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g);
 // dy [n, c, oh, ow] -> dx [n, c, h, w]. With relu (the forward's y after a fused ReLU, same
 // shape as dy), the gradient goes only where y > 0: the ReLU's backward folded in.
 void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
                        const float* relu = nullptr);
+
+// Channels-last max-pool (g.nhwc). It keeps, per output, a 16-bit window code instead of a
+// 32-bit plane index: the picked pixel's offset in its k x k window (row-major, from the
+// window's unclipped origin), with kPoolPasses set when dy goes through to it. The backward
+// then reads 2 bytes per output instead of the index and the pooled value (4 + 4).
+enum class PoolEpilogue {
+  kNone,               // y = max; every code passes
+  kRelu,               // y = relu(max) (a ReLU before the pool fused in: max(relu(x)) = relu(max(x)));
+                       // passes where y > 0, the ReLU's backward folded in
+  kReluRoundedToBf16,  // the same, y rounded to bf16 (for a next layer that would round it)
+};
+constexpr std::uint16_t kPoolPasses = 0x8000;
+constexpr std::uint16_t kPoolOffsetMask = 0x7fff;
+constexpr int kMaxNhwcPoolWindow = 181;  // k * k offsets fit in 15 bits
+// x [n, h, w, c] -> y, code [n, oh, ow, c]
+void maxPoolNhwcForward(float* y, std::uint16_t* code, const float* x, const PoolGeom& g, PoolEpilogue e);
+// dy [n, oh, ow, c] or [n, c/16, oh, ow, 16] -> dx [n, h, w, c] or [n, c/16, h, w, 16]
+void maxPoolNhwcBackward(float* dx, const float* dy, const std::uint16_t* code, const PoolGeom& g);
+
 // x [n, c, h, w] -> y [n, c, oh, ow]; padding counts in the divisor (PyTorch's default)
 void avgPool2dForward(float* y, const float* x, const PoolGeom& g);
 void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g);

@@ -7,12 +7,6 @@
 #include "ops.hpp"
 
 namespace xs::engine {
-namespace detail {
-void maxPoolNhwcForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g);
-void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
-                         const float* relu);
-}  // namespace detail
-
 namespace {
 void checkPool(const PoolGeom& g, const char* op) {
   XS_CHECK(g.n > 0 && g.c > 0 && g.h > 0 && g.w > 0 && g.k > 0 && g.stride > 0 && g.pad >= 0,
@@ -90,10 +84,7 @@ void maxPoolSmall(float* y, std::int32_t* argmax, const float* x, const PoolGeom
 
 void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g) {
   checkPool(g, "max-pool");
-  if (g.nhwc) {
-    detail::maxPoolNhwcForward(y, argmax, x, g);
-    return;
-  }
+  XS_CHECK(!g.nhwc, ShapeError, "max-pool: a channels-last geometry takes maxPoolNhwcForward");
   if (g.pad == 0 && g.k == 2) {
     maxPoolSmall<2>(y, argmax, x, g);
     return;
@@ -134,15 +125,10 @@ void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const Pool
 
 void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
                        const float* relu) {
-  XS_CHECK(!(g.dyBlocked || g.dxBlocked) || (g.nhwc && g.c % 16 == 0), ShapeError,
-           "max-pool: gradients in channel blocks of 16 need the channels-last kernel and a multiple of 16 "
-           "channels, got " + std::to_string(g.c) + (g.nhwc ? "" : " in NCHW"));
-  XS_CHECK(!g.dxRounded || (g.nhwc && g.tiles()), ShapeError,
-           "max-pool: a bf16-rounded dx needs the channels-last kernel and windows that tile the input");
-  if (g.nhwc) {
-    detail::maxPoolNhwcBackward(dx, dy, argmax, g, relu);
-    return;
-  }
+  XS_CHECK(!g.nhwc, ShapeError, "max-pool: a channels-last geometry takes maxPoolNhwcBackward");
+  XS_CHECK(!(g.dyBlocked || g.dxBlocked || g.dxRounded), ShapeError,
+           "max-pool: gradients in channel blocks of 16 or rounded to bf16 need the channels-last kernel "
+           "(maxPoolNhwcBackward), got NCHW");
   const std::size_t plane = static_cast<std::size_t>(g.oh()) * g.ow();
   std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.c * g.h * g.w * sizeof(float));
   for (std::size_t pl = 0; pl < static_cast<std::size_t>(g.n) * g.c; ++pl) {

@@ -1,111 +1,151 @@
 // ops_pool_nhwc.cpp: max-pool on channels-last activations [n, h, w, c], vectorised along the
 // contiguous channels; same window scan order and tie rule as the NCHW kernels (PyTorch's), and
-// the same bits.
+// the same bits. Each output keeps a 16-bit window code (ops.hpp) instead of a plane index, and
+// the forward applies the fused ReLU (and bf16 rounding) itself, so the backward reads neither
+// the pooled values nor 32-bit indices: the pools are bound by memory traffic.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 
+#include "xspawn/error.hpp"
 #include "gemm.hpp"
 #include "ops.hpp"
 
-namespace xs::engine::detail {
+namespace xs::engine {
+
+// Clones for the widest ISA found at run time. The codes are 16-bit lanes: AVX-512 without BW
+// (AVX512F alone) has no 16-bit vector operations, and the loops go scalar there, so the
+// AVX-512 clone asks for x86-64-v4 (F, BW, CD, DQ, VL); other CPUs take the AVX2 one.
+#define XS_POOL_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 
 namespace {
 
 constexpr int kBlock = 16;  // channels whose best value and index stay in registers
 
-// Rows (or columns) [lo, hi) of output window o, clipped to the input's size.
-inline void windowSpan(int o, const PoolGeom& g, int size, int& lo, int& hi) {
-  lo = std::max(o * g.stride - g.pad, 0);
-  hi = std::min(o * g.stride - g.pad + g.k, size);
-}
+// One output window: its unclipped origin (oy * stride - pad, ox * stride - pad), the origin of
+// its offsets, and the rows and columns [y0, y1) x [x0, x1) of it inside the input.
+struct Window {
+  int wy, wx, y0, y1, x0, x1;
+  Window(int oy, int ox, const PoolGeom& g)
+      : wy(oy * g.stride - g.pad), wx(ox * g.stride - g.pad), y0(std::max(wy, 0)),
+        y1(std::min(wy + g.k, g.h)), x0(std::max(wx, 0)), x1(std::min(wx + g.k, g.w)) {}
+  int offset(int iy, int ix, int k) const { return (iy - wy) * k + (ix - wx); }
+};
 
-// Channels [0, L) of the window [y0, y1) x [x0, x1) of one image (rows of w pixels of c
-// channels): the best value and its plane index. With L fixed, the running best lives in
-// registers across the window; a later value wins if greater or NaN.
-template <int L>
-[[gnu::always_inline]] inline void windowMax(float* y, std::int32_t* argmax, const float* img, int c, int w,
-                                             int y0, int y1, int x0, int x1) {
+// The pooled value as stored (reluLoop's and reluRoundedToBf16's bits) and its code's pass bit.
+template <PoolEpilogue E>
+[[gnu::always_inline]] inline float finish(float v) {
+  if constexpr (E == PoolEpilogue::kNone) return v;
+  v = std::max(0.f, v);  // (0 < v) ? v : 0, reluLoop's v > 0 ? v : 0 (NaN and -0 give +0)
+  if constexpr (E == PoolEpilogue::kReluRoundedToBf16) v = roundToBf16(v);
+  return v;
+}
+template <PoolEpilogue E>
+[[gnu::always_inline]] inline std::int32_t passes(float y) {
+  if constexpr (E == PoolEpilogue::kNone) return kPoolPasses;
+  // y is relu's: +0 or positive, never NaN, so y > 0 is its bits > 0. An integer compare: with
+  // a float one the 2x2 loop does not vectorise (GCC 12: "control flow in loop").
+  else return static_cast<std::int32_t>(std::bit_cast<std::int32_t>(y) > 0) << 15;
+}
+static_assert(kPoolPasses == 1 << 15);
+
+// Channels [0, L) of one window of one image (rows of w pixels of c channels): the best value
+// and its offset. With L fixed, the running best lives in registers across the window; a later
+// value wins if greater or NaN.
+template <int L, PoolEpilogue E>
+[[gnu::always_inline]] inline void windowMax(float* y, std::uint16_t* code, const float* img, int c, int w, int k,
+                                             const Window& win) {
   float best[L];
-  std::int32_t at[L];
-  for (int k = 0; k < L; ++k) best[k] = -std::numeric_limits<float>::infinity(), at[k] = y0 * w + x0;
-  for (int iy = y0; iy < y1; ++iy)
-    for (int ix = x0; ix < x1; ++ix) {
-      const std::int32_t here = iy * w + ix;
-      const float* p = img + static_cast<std::size_t>(here) * c;
+  std::uint16_t at[L];
+  for (int j = 0; j < L; ++j)
+    best[j] = -std::numeric_limits<float>::infinity(), at[j] = static_cast<std::uint16_t>(win.offset(win.y0, win.x0, k));
+  for (int iy = win.y0; iy < win.y1; ++iy)
+    for (int ix = win.x0; ix < win.x1; ++ix) {
+      const auto here = static_cast<std::uint16_t>(win.offset(iy, ix, k));
+      const float* p = img + (static_cast<std::size_t>(iy) * w + ix) * c;
 #pragma omp simd
-      for (int k = 0; k < L; ++k) {
-        const bool take = (p[k] > best[k]) | (p[k] != p[k]);
-        best[k] = take ? p[k] : best[k];
-        at[k] = take ? here : at[k];
+      for (int j = 0; j < L; ++j) {
+        const bool take = (p[j] > best[j]) | (p[j] != p[j]);
+        best[j] = take ? p[j] : best[j];
+        at[j] = take ? here : at[j];
       }
     }
+  for (int j = 0; j < L; ++j) {
+    best[j] = finish<E>(best[j]);
+    at[j] = static_cast<std::uint16_t>(at[j] | passes<E>(best[j]));
+  }
   // Whole-block copies: element-wise stores from the spilled block stall on store forwarding.
   std::memcpy(y, best, sizeof best);
-  std::memcpy(argmax, at, sizeof at);
+  std::memcpy(code, at, sizeof at);
 }
 
 // 2x2 windows without padding (the convnet's three pools), stride S: the four pixels of a window
-// at fixed offsets, the scan over them unrolled and the channel loop vectorised whole. The same
-// scan order and tie rule as windowMax: the first pixel is the start (a -inf there stays with it
-// as the -inf start would), a later one wins if greater or NaN.
-template <int S>
-[[gnu::always_inline]] inline void maxPool2x2Forward(float* __restrict y, std::int32_t* __restrict argmax,
+// at fixed offsets 0, 1, 2, 3, the scan over them unrolled and the channel loop vectorised whole.
+// The same scan order and tie rule as windowMax: the first pixel is the start (a -inf there
+// stays with it as the -inf start would), a later one wins if greater or NaN.
+template <int S, PoolEpilogue E>
+[[gnu::always_inline]] inline void maxPool2x2Forward(float* __restrict y, std::uint16_t* __restrict code,
                                                      const float* __restrict x, const PoolGeom& g) {
-  const int oh = g.oh(), ow = g.ow(), c = g.c, w = g.w;
-  const std::size_t row = static_cast<std::size_t>(w) * c;
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::size_t row = static_cast<std::size_t>(g.w) * c;
   for (int n = 0; n < g.n; ++n) {
     const float* img = x + static_cast<std::size_t>(n) * g.h * row;
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
         const std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
-        const std::int32_t h0 = oy * S * w + ox * S;
-        const float* p0 = img + static_cast<std::size_t>(h0) * c;
+        const float* p0 = img + (static_cast<std::size_t>(oy) * S * g.w + static_cast<std::size_t>(ox) * S) * c;
         const float* p1 = p0 + row;
 #pragma omp simd
         for (int k = 0; k < c; ++k) {
           float best = p0[k];
-          std::int32_t at = h0;
+          std::int32_t at = 0;  // 32-bit lanes as the floats', narrowed at the store (vectorises)
           const float v1 = p0[c + k], v2 = p1[k], v3 = p1[c + k];
           const bool t1 = (v1 > best) | (v1 != v1);
           best = t1 ? v1 : best;
-          at = t1 ? h0 + 1 : at;
+          at = t1 ? 1 : at;
           const bool t2 = (v2 > best) | (v2 != v2);
           best = t2 ? v2 : best;
-          at = t2 ? h0 + w : at;
+          at = t2 ? 2 : at;
           const bool t3 = (v3 > best) | (v3 != v3);
-          y[o + k] = t3 ? v3 : best;
-          argmax[o + k] = t3 ? h0 + w + 1 : at;
+          best = finish<E>(t3 ? v3 : best);
+          y[o + k] = best;
+          code[o + k] = static_cast<std::uint16_t>((t3 ? 3 : at) | passes<E>(best));
         }
       }
   }
 }
 
-}  // namespace
-
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void maxPoolNhwcForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g) {
-  // x [n, h, w, c] -> y, argmax [n, oh, ow, c]
-  if (g.k == 2 && g.pad == 0 && g.stride == 2) return maxPool2x2Forward<2>(y, argmax, x, g);
-  if (g.k == 2 && g.pad == 0 && g.stride == 1) return maxPool2x2Forward<1>(y, argmax, x, g);
+template <PoolEpilogue E>
+[[gnu::always_inline]] inline void poolForward(float* y, std::uint16_t* code, const float* x, const PoolGeom& g) {
+  if (g.k == 2 && g.pad == 0 && g.stride == 2) return maxPool2x2Forward<2, E>(y, code, x, g);
+  if (g.k == 2 && g.pad == 0 && g.stride == 1) return maxPool2x2Forward<1, E>(y, code, x, g);
   const int oh = g.oh(), ow = g.ow(), c = g.c;
   for (int n = 0; n < g.n; ++n) {
     const float* img = x + static_cast<std::size_t>(n) * g.h * g.w * c;
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
         const std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
-        int y0, y1, x0, x1;
-        windowSpan(oy, g, g.h, y0, y1);
-        windowSpan(ox, g, g.w, x0, x1);
-        int k0 = 0;
-        for (; k0 + kBlock <= c; k0 += kBlock)
-          windowMax<kBlock>(y + o + k0, argmax + o + k0, img + k0, c, g.w, y0, y1, x0, x1);
-        for (; k0 < c; ++k0) windowMax<1>(y + o + k0, argmax + o + k0, img + k0, c, g.w, y0, y1, x0, x1);
+        const Window win(oy, ox, g);
+        int j = 0;
+        for (; j + kBlock <= c; j += kBlock) windowMax<kBlock, E>(y + o + j, code + o + j, img + j, c, g.w, g.k, win);
+        for (; j < c; ++j) windowMax<1, E>(y + o + j, code + o + j, img + j, c, g.w, g.k, win);
       }
   }
 }
 
-namespace {
+XS_POOL_CLONES
+void poolForwardPlain(float* y, std::uint16_t* code, const float* x, const PoolGeom& g) {
+  poolForward<PoolEpilogue::kNone>(y, code, x, g);
+}
+XS_POOL_CLONES
+void poolForwardRelu(float* y, std::uint16_t* code, const float* x, const PoolGeom& g) {
+  poolForward<PoolEpilogue::kRelu>(y, code, x, g);
+}
+XS_POOL_CLONES
+void poolForwardReluRounded(float* y, std::uint16_t* code, const float* x, const PoolGeom& g) {
+  poolForward<PoolEpilogue::kReluRoundedToBf16>(y, code, x, g);
+}
 
 // Where channel j of pixel p of image n sits in a gradient of c channels and hw pixels per image:
 // channels last ([n, hw, c]) or in blocks of 16 channels ([n, c/16, hw, 16], oneDNN's nChw16c,
@@ -121,41 +161,33 @@ struct GradLayout {
   std::size_t pixel() const { return blocked ? 16 : static_cast<std::size_t>(c); }  // between pixels
 };
 
-// Channels [0, L) of one window, its pixels [y0, y1) x [x0, x1): dy goes to the pixel it picked
-// (with relu, only if the pooled output is positive), +0 to the others. kTiled (windows tile the
-// input: k == stride, no padding) writes each pixel once; otherwise the window adds, called in
-// ascending window order on zeros, whole vectors instead of one indexed store per channel. Either
-// way the bits are a scatter's into zeros: 0 + dy turns a -0 gradient into +0 as that does, and
-// adding +0 leaves a sum as it is (it starts at +0 and is never -0 from there).
-// kRound (tiled only) writes each gradient rounded to bf16.
+// Channels [0, L) of one window: dy goes to the pixel its code picked if the code passes, +0 to
+// the others. kTiled (windows tile the input: k == stride, no padding) writes each pixel once;
+// otherwise the window adds, called in ascending window order on zeros, whole vectors instead of
+// one indexed store per channel. Either way the bits are a scatter's into zeros: 0 + dy turns a
+// -0 gradient into +0 as that does, and adding +0 leaves a sum as it is (it starts at +0 and is
+// never -0 from there). kRound (tiled only) writes each gradient rounded to bf16.
 // dx0: this image's channel j0 at pixel 0; ps: between pixels.
-template <int L, bool kRelu, bool kTiled, bool kRound>
-[[gnu::always_inline]] inline void windowGrad(float* dx0, std::size_t ps, const float* dy, const std::int32_t* argmax,
-                                              const float* relu, int w, int y0, int y1, int x0, int x1) {
-  float grad[L];
-  std::int32_t at[L];
-#pragma omp simd
-  for (int j = 0; j < L; ++j) {
-    grad[j] = !kRelu || relu[j] > 0.f ? 0.f + dy[j] : 0.f;
-    if constexpr (kRound) grad[j] = roundToBf16(grad[j]);
-    at[j] = argmax[j];
-  }
-  for (int iy = y0; iy < y1; ++iy)
-    for (int ix = x0; ix < x1; ++ix) {
-      const std::int32_t here = iy * w + ix;
-      float* d = dx0 + static_cast<std::size_t>(here) * ps;
+template <int L, bool kTiled, bool kRound>
+[[gnu::always_inline]] inline void windowGrad(float* dx0, std::size_t ps, const float* dy, const std::uint16_t* code,
+                                              int w, int k, const Window& win) {
+  for (int iy = win.y0; iy < win.y1; ++iy)
+    for (int ix = win.x0; ix < win.x1; ++ix) {
+      // One compare per lane: a code that passes and picked this pixel equals exactly this.
+      const std::int32_t picked = win.offset(iy, ix, k) | kPoolPasses;
+      float* d = dx0 + (static_cast<std::size_t>(iy) * w + ix) * ps;
 #pragma omp simd
       for (int j = 0; j < L; ++j) {
-        const float v = at[j] == here ? grad[j] : 0.f;
+        float v = code[j] == picked ? 0.f + dy[j] : 0.f;
+        if constexpr (kRound) v = roundToBf16(v);  // +0 stays +0
         if constexpr (kTiled) d[j] = v;
         else d[j] += v;
       }
     }
 }
 
-template <bool kRelu, bool kTiled, bool kRound>
-[[gnu::always_inline]] inline void poolGrad(float* dx, const float* dy, const std::int32_t* argmax,
-                                            const float* relu, const PoolGeom& g) {
+template <bool kTiled, bool kRound>
+[[gnu::always_inline]] inline void poolGrad(float* dx, const float* dy, const std::uint16_t* code, const PoolGeom& g) {
   const int oh = g.oh(), ow = g.ow(), c = g.c;
   const GradLayout in{g.dxBlocked, c, static_cast<std::size_t>(g.h) * g.w};
   const GradLayout out{g.dyBlocked, c, static_cast<std::size_t>(oh) * ow};
@@ -170,35 +202,55 @@ template <bool kRelu, bool kTiled, bool kRound>
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
         const std::size_t p = static_cast<std::size_t>(oy) * ow + ox, o = (n * out.hw + p) * c;
-        const float* r = kRelu ? relu + o : nullptr;
-        int y0, y1, x0, x1;
-        windowSpan(oy, g, g.h, y0, y1);
-        windowSpan(ox, g, g.w, x0, x1);
+        const Window win(oy, ox, g);
         int j = 0;
         for (; j + kBlock <= c; j += kBlock)
-          windowGrad<kBlock, kRelu, kTiled, kRound>(dx + in.at(n, j, 0), in.pixel(), dy + out.at(n, j, p), argmax + o + j,
-                                            kRelu ? r + j : nullptr, g.w, y0, y1, x0, x1);
+          windowGrad<kBlock, kTiled, kRound>(dx + in.at(n, j, 0), in.pixel(), dy + out.at(n, j, p), code + o + j,
+                                             g.w, g.k, win);
         for (; j < c; ++j)
-          windowGrad<1, kRelu, kTiled, kRound>(dx + in.at(n, j, 0), in.pixel(), dy + out.at(n, j, p), argmax + o + j,
-                                       kRelu ? r + j : nullptr, g.w, y0, y1, x0, x1);
+          windowGrad<1, kTiled, kRound>(dx + in.at(n, j, 0), in.pixel(), dy + out.at(n, j, p), code + o + j, g.w,
+                                        g.k, win);
       }
   }
 }
 
-}  // namespace
-
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void maxPoolNhwcBackward(float* dx, const float* dy, const std::int32_t* argmax, const PoolGeom& g,
-                         const float* relu) {
-  // dy [n, oh, ow, c] or [n, c/16, oh, ow, 16], argmax (and relu) [n, oh, ow, c]
-  //   -> dx [n, h, w, c] or [n, c/16, h, w, 16]
-  const bool tiled = g.tiles();
-  if (tiled && g.dxRounded && relu) poolGrad<true, true, true>(dx, dy, argmax, relu, g);
-  else if (tiled && g.dxRounded) poolGrad<false, true, true>(dx, dy, argmax, nullptr, g);
-  else if (tiled && relu) poolGrad<true, true, false>(dx, dy, argmax, relu, g);
-  else if (tiled) poolGrad<false, true, false>(dx, dy, argmax, nullptr, g);
-  else if (relu) poolGrad<true, false, false>(dx, dy, argmax, relu, g);
-  else poolGrad<false, false, false>(dx, dy, argmax, nullptr, g);
+XS_POOL_CLONES
+void poolBackward(float* dx, const float* dy, const std::uint16_t* code, const PoolGeom& g) {
+  if (g.tiles() && g.dxRounded) poolGrad<true, true>(dx, dy, code, g);
+  else if (g.tiles()) poolGrad<true, false>(dx, dy, code, g);
+  else poolGrad<false, false>(dx, dy, code, g);
 }
 
-}  // namespace xs::engine::detail
+void checkNhwcPool(const PoolGeom& g) {
+  XS_CHECK(g.nhwc && g.n > 0 && g.c > 0 && g.h > 0 && g.w > 0 && g.k > 0 && g.stride > 0 && g.pad >= 0 &&
+               g.pad * 2 <= g.k && g.oh() > 0 && g.ow() > 0,
+           ShapeError, "max-pool (channels last): the geometry must be channels last (nhwc), with positive sizes, "
+                       "padding at most half the window and a window no larger than the padded input");
+  XS_CHECK(g.k <= kMaxNhwcPoolWindow, ShapeError,
+           "max-pool (channels last): window " + std::to_string(g.k) + " is wider than " +
+               std::to_string(kMaxNhwcPoolWindow) + ", whose offsets fit in a window code: pool it in NCHW");
+}
+
+}  // namespace
+
+void maxPoolNhwcForward(float* y, std::uint16_t* code, const float* x, const PoolGeom& g, PoolEpilogue e) {
+  // x [n, h, w, c] -> y, code [n, oh, ow, c]
+  checkNhwcPool(g);
+  switch (e) {
+    case PoolEpilogue::kNone: return poolForwardPlain(y, code, x, g);
+    case PoolEpilogue::kRelu: return poolForwardRelu(y, code, x, g);
+    case PoolEpilogue::kReluRoundedToBf16: return poolForwardReluRounded(y, code, x, g);
+  }
+}
+
+void maxPoolNhwcBackward(float* dx, const float* dy, const std::uint16_t* code, const PoolGeom& g) {
+  // dy [n, oh, ow, c] or [n, c/16, oh, ow, 16], code [n, oh, ow, c] -> dx [n, h, w, c] or [n, c/16, h, w, 16]
+  checkNhwcPool(g);
+  XS_CHECK(!(g.dyBlocked || g.dxBlocked) || g.c % 16 == 0, ShapeError,
+           "max-pool: gradients in channel blocks of 16 need a multiple of 16 channels, got " + std::to_string(g.c));
+  XS_CHECK(!g.dxRounded || g.tiles(), ShapeError,
+           "max-pool: a bf16-rounded dx needs windows that tile the input (window = stride, no padding)");
+  poolBackward(dx, dy, code, g);
+}
+
+}  // namespace xs::engine
