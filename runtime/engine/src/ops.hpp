@@ -95,7 +95,7 @@ void nhwcToNchw(float* dst, const float* src, int n, int c, int hw);
 struct PoolGeom {
   int n, c, h, w;  // input [n, c, h, w]
   int k, stride, pad = 0;
-  bool nhwc = false;  // max-pool only: x, y, argmax, dy, dx stored channels last
+  bool nhwc = false;  // max-pool only: x, y, window codes, dy, dx stored channels last
   // Channels-last max-pool only, c a multiple of 16: dy / dx in blocks of 16 channels
   // ([n, c/16, h, w, 16], oneDNN's nChw16c), as the oneDNN convolutions next to it take them.
   bool dyBlocked = false, dxBlocked = false;
