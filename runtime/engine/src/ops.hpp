@@ -106,6 +106,9 @@ struct PoolGeom {
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
   bool tiles() const { return k == stride && pad == 0; }  // each input pixel in one window at most
 };
+// ShapeError naming op unless every size is positive, the padding at most half the window and
+// the window no larger than the padded input.
+void checkPool(const PoolGeom& g, const char* op);
 // NCHW max-pool: x [n, c, h, w] -> y [n, c, oh, ow], argmax [n, c, oh, ow] (index into the h*w
 // plane). ShapeError for a channels-last geometry (that one takes maxPoolNhwcForward).
 void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g);

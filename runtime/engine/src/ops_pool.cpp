@@ -7,7 +7,7 @@
 #include "ops.hpp"
 
 namespace xs::engine {
-namespace {
+
 void checkPool(const PoolGeom& g, const char* op) {
   XS_CHECK(g.n > 0 && g.c > 0 && g.h > 0 && g.w > 0 && g.k > 0 && g.stride > 0 && g.pad >= 0,
            ShapeError, std::string(op) + ": every size must be positive (padding non-negative)");
@@ -16,7 +16,6 @@ void checkPool(const PoolGeom& g, const char* op) {
            std::string(op) + ": window " + std::to_string(g.k) + " is larger than the input " +
                std::to_string(g.h) + "x" + std::to_string(g.w) + ": use a larger image");
 }
-}  // namespace
 
 namespace {
 // Unpadded windows: one output row at a time, vectorised across the row.

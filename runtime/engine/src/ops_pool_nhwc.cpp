@@ -171,6 +171,12 @@ struct GradLayout {
 template <int L, bool kTiled, bool kRound>
 [[gnu::always_inline]] inline void windowGrad(float* dx0, std::size_t ps, const float* dy, const std::uint16_t* code,
                                               int w, int k, const Window& win) {
+  float grad[L];  // once per window, floats only: it stays in registers
+#pragma omp simd
+  for (int j = 0; j < L; ++j) {
+    grad[j] = 0.f + dy[j];
+    if constexpr (kRound) grad[j] = roundToBf16(grad[j]);
+  }
   for (int iy = win.y0; iy < win.y1; ++iy)
     for (int ix = win.x0; ix < win.x1; ++ix) {
       // One compare per lane: a code that passes and picked this pixel equals exactly this.
@@ -178,8 +184,7 @@ template <int L, bool kTiled, bool kRound>
       float* d = dx0 + (static_cast<std::size_t>(iy) * w + ix) * ps;
 #pragma omp simd
       for (int j = 0; j < L; ++j) {
-        float v = code[j] == picked ? 0.f + dy[j] : 0.f;
-        if constexpr (kRound) v = roundToBf16(v);  // +0 stays +0
+        const float v = code[j] == picked ? grad[j] : 0.f;
         if constexpr (kTiled) d[j] = v;
         else d[j] += v;
       }
@@ -222,10 +227,8 @@ void poolBackward(float* dx, const float* dy, const std::uint16_t* code, const P
 }
 
 void checkNhwcPool(const PoolGeom& g) {
-  XS_CHECK(g.nhwc && g.n > 0 && g.c > 0 && g.h > 0 && g.w > 0 && g.k > 0 && g.stride > 0 && g.pad >= 0 &&
-               g.pad * 2 <= g.k && g.oh() > 0 && g.ow() > 0,
-           ShapeError, "max-pool (channels last): the geometry must be channels last (nhwc), with positive sizes, "
-                       "padding at most half the window and a window no larger than the padded input");
+  checkPool(g, "max-pool (channels last)");
+  XS_CHECK(g.nhwc, ShapeError, "max-pool: an NCHW geometry takes maxPool2dForward / maxPool2dBackward");
   XS_CHECK(g.k <= kMaxNhwcPoolWindow, ShapeError,
            "max-pool (channels last): window " + std::to_string(g.k) + " is wider than " +
                std::to_string(kMaxNhwcPoolWindow) + ", whose offsets fit in a window code: pool it in NCHW");
