@@ -2,6 +2,8 @@
 // external gradient buffers and clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -173,6 +175,67 @@ TEST(Model, GradientsLiveInCallerMemory) {
   EXPECT_THROW(m.bindGradients(ext, n - 1), ShapeError);
   EXPECT_THROW(m.bindGradients(nullptr, n), UsageError);
   std::free(ext);
+}
+
+// zeroGrad only marks the gradients: the first backward writes them (no fill, no read of the
+// zeros), a second backward adds to them, and a view read before any write reads as zeros.
+void expectOverwriteThenAdd(const std::string& name, int size, int batch, Precision prec) {
+  DeviceOptions o;
+  o.precision = prec;
+  Device dev(o);
+  Model m = test::build(dev, config(name, size));
+  auto x = test::pattern(batch * m.inputShape().numel(), 21);
+  std::vector<std::int32_t> y(batch);
+  for (int i = 0; i < batch; ++i) y[i] = (i * 3) % 10;
+  const std::size_t n = m.gradientCount();
+  m.trainStep(x.data(), y.data(), batch);
+  const std::vector<float> once(m.params().grads(), m.params().grads() + n);
+  m.backward();  // no zeroGrad: adds the same gradient again (a GEMM may add it in another order)
+  const float* g = m.params().grads();
+  float scale = 0.f;
+  for (float v : once) scale = std::max(scale, std::abs(v));
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_NEAR(g[i], 2 * once[i], 1e-4f * std::abs(once[i]) + 1e-6f * scale) << name << " float " << i;
+  m.zeroGrad();  // the buffer still holds twice the gradient: the next backward must overwrite all
+  m.backward();
+  ASSERT_EQ(0, std::memcmp(m.params().grads(), once.data(), n * sizeof(float))) << name << " " << precisionName(prec);
+  m.zeroGrad();
+  const std::size_t last = m.params().views().size() - 1;
+  const float* v = m.params().grad(last);
+  for (std::size_t i = 0; i < m.params().views()[last].count; ++i) ASSERT_EQ(v[i], 0.f) << name;
+  g = m.params().grads();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(g[i], 0.f) << name << " float " << i;
+}
+
+TEST(Model, ZeroGradThenBackwardOverwritesAndASecondBackwardAdds) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    expectOverwriteThenAdd("mlp", 0, 8, p);
+    expectOverwriteThenAdd("convnet", 0, 8, p);   // oneDNN's convolutions
+    expectOverwriteThenAdd("lenet5", 0, 8, p);
+    expectOverwriteThenAdd("alexnet", 63, 2, p);  // small maps: the channels-last GEMM path
+    expectOverwriteThenAdd("resnet18", 16, 4, p); // batch-norm adds through grad()
+  }
+}
+
+TEST(ParamStore, ZeroGradMarksAndAnUnsetViewReadsAsZeros) {
+  Device dev;
+  ParamStore ps(true);
+  std::size_t a = ps.add("a", Shape{3}, Init::kOnes), b = ps.add("b", Shape{20}, Init::kOnes);
+  ps.allocate(dev);
+  std::fill(ps.grad(a), ps.grad(a) + 3, 5.f);
+  std::fill(ps.grad(b), ps.grad(b) + 20, 7.f);
+  ps.zeroGrad();
+  ParamStore::GradSlot s = ps.gradSlot(b);
+  EXPECT_TRUE(s.overwrite);
+  EXPECT_EQ(s.data, ps.grad(b));  // grad() does not fill a view gradSlot handed out
+  EXPECT_EQ(ps.grad(b)[0], 7.f);
+  EXPECT_FALSE(ps.gradSlot(b).overwrite);
+  EXPECT_EQ(ps.grad(a)[2], 0.f);
+  EXPECT_FALSE(ps.gradSlot(a).overwrite);
+  ps.zeroGrad();
+  const float* g = ps.grads();
+  EXPECT_EQ(g[0], 0.f);
+  EXPECT_EQ(g[ps.views()[b].offset + 19], 0.f);
 }
 
 TEST(Model, BatchSizeCanChangeBetweenCalls) {

@@ -153,6 +153,7 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
   const float* wt = dx ? weightsOhwi(dev, w, g) : nullptr;
   float* dwt = dev.scratch(kDwSlot, static_cast<std::size_t>(g.oc) * K);
   if (dx) std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.h * g.w * g.c * sizeof(float));
+  if (db && g.overwriteGrads) std::memset(db, 0, static_cast<std::size_t>(g.oc) * sizeof(float));
   for (int n0 = 0; n0 < g.n; n0 += nbMax) {
     const int nb = std::min(nbMax, g.n - n0), rows = nb * ohw;
     const float* dyc = dy + static_cast<std::size_t>(n0) * ohw * g.oc;
@@ -171,10 +172,14 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
     gemm(dev, false, false, rows, K, g.oc, dyc, g.oc, wt, K, 0.f, dcol, K);
     col2imNhwc(dx, dcol, g, n0, nb);
   }
+  // dw [oc, c, kh, kw] (+)= dwt [oc, kh, kw, c]
   for (int o = 0; o < g.oc; ++o)
     for (int ci = 0; ci < g.c; ++ci)
-      for (int k = 0; k < khw; ++k)
-        dw[(static_cast<std::size_t>(o) * g.c + ci) * khw + k] += dwt[(static_cast<std::size_t>(o) * khw + k) * g.c + ci];
+      for (int k = 0; k < khw; ++k) {
+        float& to = dw[(static_cast<std::size_t>(o) * g.c + ci) * khw + k];
+        const float v = dwt[(static_cast<std::size_t>(o) * khw + k) * g.c + ci];
+        to = g.overwriteGrads ? v : to + v;
+      }
 }
 
 }  // namespace xs::engine::detail

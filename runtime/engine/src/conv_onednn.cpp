@@ -259,13 +259,16 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   auto kept = keptValid && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
   if (kept != e->keptSrc.end()) src = memory(e->bwSrc.inner, c.eng, kept->second.data());
   else src = e->bwSrc.in(x);
+  // Overwriting, the gradients go straight to the flat buffer; adding, through dwUser / dbUser.
+  float* dwOut = g.overwriteGrads ? dw : e->dwUser.data();
+  float* dbOut = g.overwriteGrads ? db : e->dbUser.data();
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
                                        {DNNL_ARG_DIFF_DST, diffDst},
-                                       {DNNL_ARG_DIFF_WEIGHTS, e->bwDiffWei.out(e->dwUser.data())},
+                                       {DNNL_ARG_DIFF_WEIGHTS, e->bwDiffWei.out(dwOut)},
                                        {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
-  if (db) args.emplace(DNNL_ARG_DIFF_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, e->dbUser.data()));
+  if (db) args.emplace(DNNL_ARG_DIFF_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, dbOut));
   e->bwdWeights.execute(c.stream, args);
-  e->bwDiffWei.finish(e->dwUser.data());
+  e->bwDiffWei.finish(dwOut);
   if (dx) {
     memory diffSrc = g.dxBlocked ? memory(e->bdDiffSrc.inner, c.eng, dx) : e->bdDiffSrc.out(dx);
     e->bwdData.execute(c.stream, {{DNNL_ARG_DIFF_DST, e->sharedDiffDst ? diffDst : e->bdDiffDst.in(dy)},
@@ -275,7 +278,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
     if (!g.dxBlocked) e->bdDiffSrc.finish(dx);
   }
   c.stream.wait();
-  // Our contract accumulates parameter gradients.
+  if (g.overwriteGrads) return true;
   const float* gw = e->dwUser.data();
   for (std::size_t i = 0, n = e->dwUser.numel(); i < n; ++i) dw[i] += gw[i];
   if (db)

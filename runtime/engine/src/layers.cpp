@@ -13,6 +13,7 @@ namespace xs::nn {
 
 void Context::gradsReady(std::size_t first, std::size_t last) const {
   if (!gradReady || !*gradReady) return;
+  for (std::size_t i = first; i <= last; ++i) params.grad(i);  // a view nothing wrote reads as zeros
   const auto& v = params.views();
   // A view owns the alignment gap after it, so the ranges tile the whole buffer.
   std::size_t end = last + 1 < v.size() ? v[last + 1].offset : params.size();
@@ -28,6 +29,17 @@ using nn::Context;
 using nn::Module;
 
 namespace {
+
+// The weight and bias gradients a layer's backward writes in one kernel call: true when zeroGrad
+// left both unset, so the kernel overwrites them; otherwise it adds, and an unset one of the
+// two gets its zeros first. Both hold a gradient afterwards.
+bool takeGrads(ParamStore& ps, std::size_t w, std::size_t b) {
+  const ParamStore::GradSlot gw = ps.gradSlot(w), gb = ps.gradSlot(b);
+  if (gw.overwrite && gb.overwrite) return true;
+  if (gw.overwrite) std::memset(gw.data, 0, ps.views()[w].count * sizeof(float));
+  if (gb.overwrite) std::memset(gb.data, 0, ps.views()[b].count * sizeof(float));
+  return false;
+}
 
 void expectChw(const Shape& in, const std::string& who) {
   XS_CHECK(in.rank == 3, ShapeError,
@@ -63,8 +75,9 @@ class Linear : public Module {
     int B = dy.shape()[0];
     if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
     rounded_.dyRounded = dy.bf16Values();
-    linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
-                   ctx.params.grad(b_), dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_, &rounded_);
+    const bool overwrite = takeGrads(ctx.params, w_, b_);
+    linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_), ctx.params.grad(b_),
+                   dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_, &rounded_, overwrite);
     ctx.gradsReady(w_, b_);
     return dx_;
   }
@@ -123,9 +136,9 @@ class Conv2d : public Module {
     }
     g_.dyBf16 = dy.dtype() == DType::kBf16;
     g_.dyRounded = dy.bf16Values();
+    g_.overwriteGrads = takeGrads(ctx.params, w_, bias_ ? b_ : w_);
     conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
-                   bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(),
-                   ctx.params.value(w_), g_);
+                   bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(), ctx.params.value(w_), g_);
     ctx.gradsReady(w_, bias_ ? b_ : w_);
     return dx_;
   }

@@ -105,6 +105,7 @@ void Model::backward() {
                        labelSmoothing_);
   nn::Context ctx{dev_, params_, buffers_, train_, seed_, step_, &gradReady_};
   net_->backward(dlogits_, ctx);
+  params_.grads();  // zeros into the views this backward did not write (none in the built-in layers)
 }
 
 StepResult Model::trainStep(const float* images, const std::int32_t* labels, int batch) {

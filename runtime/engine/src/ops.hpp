@@ -24,8 +24,9 @@ struct RoundedOperands {
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
                    int I, int O, RoundedOperands* r = nullptr);
 // dy [B, O] -> dx [B, I] (skipped when null), dw [O, I] +=, db [O] +=; r as forward left it.
+// overwrite: dw = and db = instead (ParamStore::gradSlot), which spares reading them.
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
-                    const float* w, int B, int I, int O, RoundedOperands* r = nullptr);
+                    const float* w, int B, int I, int O, RoundedOperands* r = nullptr, bool overwrite = false);
 
 // ---- conv2d (square stride, symmetric padding, no dilation or groups) -----------------------
 struct ConvGeom {
@@ -42,6 +43,8 @@ struct ConvGeom {
   bool xRounded = false, dyRounded = false;
   // dy / dx in blocks of 16 channels ([n, c/16, h, w, 16]): only where conv2dGradsBlocked16 holds.
   bool dyBlocked = false, dxBlocked = false;
+  // dw and db are written, not added to (ParamStore::gradSlot): no read of the old gradient.
+  bool overwriteGrads = false;
   int oh() const { return (h + 2 * pad - kh) / stride + 1; }
   int ow() const { return (w + 2 * pad - kw) / stride + 1; }
 };
@@ -75,7 +78,8 @@ Layout preferredLayout(const Device& dev);
 // x [n, c, h, w], w [oc, c, kh, kw], b [oc] (may be null) -> y [n, oc, oh, ow]
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g);
-// dy [n, oc, oh, ow] -> dx [n, c, h, w] (skipped when null), dw +=, db += (skipped when null)
+// dy [n, oc, oh, ow] -> dx [n, c, h, w] (skipped when null), dw +=, db += (skipped when null);
+// dw =, db = with g.overwriteGrads
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g);
 // True when conv2dBackward's kernels read dy (and, with dx, write dx) in blocks of 16 channels

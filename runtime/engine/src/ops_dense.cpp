@@ -105,17 +105,21 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
 }
 
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
-                    const float* w, int B, int I, int O, RoundedOperands* r) {
-  if (db)
-    for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
+                    const float* w, int B, int I, int O, RoundedOperands* r, bool overwrite) {
+  if (db) {
+    if (overwrite && B > 0) std::memcpy(db, dy, static_cast<std::size_t>(O) * sizeof(float));
+    if (overwrite && B == 0) std::memset(db, 0, static_cast<std::size_t>(O) * sizeof(float));
+    for (int i = overwrite ? 1 : 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
+  }
+  const float beta = overwrite ? 0.f : 1.f;
   if (r && emulatesBf16(dev)) {  // x and w as forward rounded them
     const float* dyr = r->dyRounded ? dy : roundedCopy(dev, r->dy, dy, static_cast<std::size_t>(B) * O);
-    gemmOfRounded(dev, true, false, O, I, B, dyr, O, r->xRounded ? x : r->x.data(), I, 1.f, dw, I);
+    gemmOfRounded(dev, true, false, O, I, B, dyr, O, r->xRounded ? x : r->x.data(), I, beta, dw, I);
     if (dx) gemmOfRounded(dev, false, false, B, I, O, dyr, O, r->w.data(), I, 0.f, dx, I);
     return;
   }
-  // dw [O, I] += dy^T [O, B] * x [B, I]
-  gemm(dev, true, false, O, I, B, dy, O, x, I, 1.f, dw, I);
+  // dw [O, I] (+)= dy^T [O, B] * x [B, I]
+  gemm(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
   // dx [B, I] = dy [B, O] * w [O, I]
   if (dx) gemm(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
 }
@@ -326,6 +330,10 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     return;
   }
   const int ohw = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
+  if (g.overwriteGrads) {  // this path adds to them
+    std::memset(dw, 0, static_cast<std::size_t>(g.oc) * ckk * sizeof(float));
+    if (db) std::memset(db, 0, static_cast<std::size_t>(g.oc) * sizeof(float));
+  }
   const int nbMax = chunkImages(g);
   for (int n0 = 0; n0 < g.n; n0 += nbMax) {
     int nb = std::min(nbMax, g.n - n0);

@@ -61,6 +61,7 @@ void ParamStore::bindGradients(float* external, std::size_t count) {
                        "needs {}: size it with gradientCount()", count, size_));
   XS_CHECK(reinterpret_cast<std::uintptr_t>(external) % 64 == 0, UsageError,
            "bindGradients: the external buffer must be 64-byte aligned");
+  fillAllUnset();
   if (external != grads_) std::memcpy(external, grads_, size_ * sizeof(float));
   grads_ = external;
   external_ = true;
@@ -68,7 +69,21 @@ void ParamStore::bindGradients(float* external, std::size_t count) {
 }
 
 void ParamStore::zeroGrad() {
-  if (grads_) std::memset(grads_, 0, size_ * sizeof(float));
+  if (!grads_) return;
+  unset_.assign(views_.size(), 1);
+  anyUnset_ = true;
+}
+
+void ParamStore::fillUnset(std::size_t i) const {
+  std::memset(grads_ + views_[i].offset, 0, views_[i].count * sizeof(float));
+  unset_[i] = 0;
+}
+
+void ParamStore::fillAllUnset() const {
+  if (!anyUnset_) return;
+  for (std::size_t i = 0; i < unset_.size(); ++i)
+    if (unset_[i]) fillUnset(i);
+  anyUnset_ = false;
 }
 
 }  // namespace xs::engine

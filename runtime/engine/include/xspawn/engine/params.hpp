@@ -34,11 +34,35 @@ class ParamStore {
   void initialize(std::uint64_t seed);
 
   float* value(std::size_t i) { return values_.data() + views_[i].offset; }
-  float* grad(std::size_t i) { return grads_ + views_[i].offset; }
+  // View i's gradient, to add to: zeros if zeroGrad cleared it and nothing wrote it since.
+  float* grad(std::size_t i) {
+    if (!unset_.empty() && unset_[i]) fillUnset(i);
+    return grads_ + views_[i].offset;
+  }
+  // View i's gradient for a backward that writes every element of it in one go. overwrite is
+  // true when zeroGrad cleared it and nothing wrote it since: the caller then writes the view
+  // instead of adding to it, and its zeros are never filled in (torch's zero_grad with
+  // set_to_none). Either way the view holds a gradient afterwards.
+  struct GradSlot {
+    float* data;
+    bool overwrite;
+  };
+  GradSlot gradSlot(std::size_t i) {
+    const bool overwrite = !unset_.empty() && unset_[i];
+    if (overwrite) unset_[i] = 0;
+    return {grads_ + views_[i].offset, overwrite};
+  }
   float* values() { return values_.data(); }
   const float* values() const { return values_.data(); }
-  float* grads() { return grads_; }
-  const float* grads() const { return grads_; }
+  // The whole gradient buffer, every view cleared by zeroGrad and unwritten since as zeros.
+  float* grads() {
+    fillAllUnset();
+    return grads_;
+  }
+  const float* grads() const {
+    fillAllUnset();
+    return grads_;
+  }
   std::size_t size() const { return size_; }  // floats in each flat buffer (with alignment gaps)
   std::size_t paramCount() const;             // floats in the views
   const std::vector<ParamView>& views() const { return views_; }
@@ -49,15 +73,24 @@ class ParamStore {
   // segment for a zero-copy all-reduce); the current gradients are copied there.
   void bindGradients(float* external, std::size_t count);
   bool gradientsExternal() const { return external_; }
+  // Clears every gradient. The views are marked, not filled: grad(i) and grads() fill a view
+  // with zeros when read first, and a backward that writes a whole view (gradSlot) skips both
+  // the fill and the read of the zeros.
   void zeroGrad();
 
  private:
+  void fillUnset(std::size_t i) const;
+  void fillAllUnset() const;
+
   bool withGrads_;
   std::vector<ParamView> views_;
   std::size_t size_ = 0;
   Tensor values_, ownGrads_;
   float* grads_ = nullptr;
   bool external_ = false;
+  // Per view: cleared by zeroGrad and not written since (its memory still holds old values).
+  mutable std::vector<std::uint8_t> unset_;
+  mutable bool anyUnset_ = false;
 };
 
 }  // namespace xs::engine
