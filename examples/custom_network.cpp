@@ -103,9 +103,46 @@ class Clip : public nn::Module {
   bool nextRounds_ = false;
 };
 
+// A layer of one's own with a parameter: a learned scale per feature (as LayerScale), y = x * s
+// over [batch, features]. It registers its weight at build, and its backward writes the weight's
+// whole gradient in one pass: ParamStore::gradSlot says whether to overwrite it (the first write
+// since zeroGrad, which left the zeros unfilled) or to add to it (a second backward before the
+// next zeroGrad). It then reports the gradient final, for the all-reduce buckets.
+class Scale : public nn::Module {
+ public:
+  xs::engine::Shape build(const xs::engine::Shape& in, const std::string& prefix, nn::BuildInfo& info) override {
+    features_ = in.numel();
+    w_ = info.params.add(prefix + ".weight", xs::engine::Shape{static_cast<int>(features_)}, xs::engine::Init::kOnes);
+    return in;
+  }
+  const xs::engine::Tensor& forward(const xs::engine::Tensor& x, nn::Context& ctx) override {
+    x_ = &x;
+    y_.ensure(ctx.dev, x.shape(), "activations");
+    const float* s = ctx.params.value(w_);
+    for (std::size_t i = 0; i < x.numel(); ++i) y_.data()[i] = x.data()[i] * s[i % features_];
+    return y_;
+  }
+  const xs::engine::Tensor& backward(const xs::engine::Tensor& dy, nn::Context& ctx) override {
+    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    const float* s = ctx.params.value(w_);
+    const xs::engine::ParamStore::GradSlot ds = ctx.params.gradSlot(w_);
+    if (ds.overwrite) std::fill(ds.data, ds.data + features_, 0.f);  // a sum over the batch starts at 0
+    for (std::size_t i = 0; i < dy.numel(); ++i) {
+      dx_.data()[i] = dy.data()[i] * s[i % features_];
+      ds.data[i % features_] += dy.data()[i] * x_->data()[i];
+    }
+    ctx.gradsReady(w_, w_);
+    return dx_;
+  }
+
+ private:
+  std::size_t features_ = 0;
+  std::size_t w_ = 0;
+};
+
 std::unique_ptr<nn::Sequential> residualNet(FeatureMean*& watch) {
   // [3,16,16] -conv3p1-> [32,16,16] -block-> [32,16,16] -block s2-> [64,8,8] -avg2-> [64,4,4]
-  // -global avg-> [64,1,1] -> 64 -> 64 -> classes
+  // -global avg-> [64,1,1] -> 64 (x a learned scale) -> 64 -> classes
   auto net = std::make_unique<nn::Sequential>();
   net->add("stem", nn::Conv2d(3, 32, 3, 1, 1, false)).add("bn", nn::BatchNorm2d(32, true))
       .add("block1", nn::BasicBlock(32, 32, 1)).add("block2", nn::BasicBlock(32, 64, 2))
@@ -115,7 +152,8 @@ std::unique_ptr<nn::Sequential> residualNet(FeatureMean*& watch) {
   // The head: a hidden layer clipped, then rectified (min(max(x, 0), kClip), as ReLU6 with 4). In bf16
   // hidden's backward rounds its dy, so the ReLU hands its dx back rounded through the clip, and
   // the ReLU writes its output rounded for fc: Clip passes both on (Tensor::bf16Grad, bf16Values).
-  net->add("features", std::move(mean)).add("dropout", nn::Dropout(0.1f)).add("hidden", nn::Linear(64, 64))
+  net->add("features", std::move(mean)).add("scale", std::make_unique<Scale>()).add("dropout", nn::Dropout(0.1f))
+      .add("hidden", nn::Linear(64, 64))
       .add("clip", std::make_unique<Clip>()).add("relu", nn::ReLU()).add("fc", nn::Linear(64, kClasses));
   return net;
 }
