@@ -78,6 +78,7 @@ void GradientSync::allReduce(std::span<float> stats) {
            fmt::format("optimizer_step: {} statistics given, at most {} travel with the gradients", stats.size(),
                        kStepStats));
   if (!shared_) return;
+  model_.params().grads();  // zeros into views zeroGrad cleared and no backward wrote since
   std::fill(shared_, shared_ + kStepStats, 0.f);
   std::copy(stats.begin(), stats.end(), shared_);
   xs::CollectiveOptions opt;
