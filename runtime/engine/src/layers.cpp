@@ -30,17 +30,6 @@ using nn::Module;
 
 namespace {
 
-// The weight and bias gradients a layer's backward writes in one kernel call: true when zeroGrad
-// left both unset, so the kernel overwrites them; otherwise it adds, and an unset one of the
-// two gets its zeros first. Both hold a gradient afterwards.
-bool takeGrads(ParamStore& ps, std::size_t w, std::size_t b) {
-  const ParamStore::GradSlot gw = ps.gradSlot(w), gb = ps.gradSlot(b);
-  if (gw.overwrite && gb.overwrite) return true;
-  if (gw.overwrite) std::memset(gw.data, 0, ps.views()[w].count * sizeof(float));
-  if (gb.overwrite) std::memset(gb.data, 0, ps.views()[b].count * sizeof(float));
-  return false;
-}
-
 void expectChw(const Shape& in, const std::string& who) {
   XS_CHECK(in.rank == 3, ShapeError,
            who + " expects a [channels, height, width] input, got " + in.str() + ": put it before "
@@ -75,7 +64,7 @@ class Linear : public Module {
     int B = dy.shape()[0];
     if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
     rounded_.dyRounded = dy.bf16Values();
-    const bool overwrite = takeGrads(ctx.params, w_, b_);
+    const bool overwrite = ctx.params.gradSlot(w_, b_).overwrite;
     linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_), ctx.params.grad(b_),
                    dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_, &rounded_, overwrite);
     ctx.gradsReady(w_, b_);
@@ -136,7 +125,7 @@ class Conv2d : public Module {
     }
     g_.dyBf16 = dy.dtype() == DType::kBf16;
     g_.dyRounded = dy.bf16Values();
-    g_.overwriteGrads = takeGrads(ctx.params, w_, bias_ ? b_ : w_);
+    g_.overwriteGrads = ctx.params.gradSlot(w_, bias_ ? b_ : w_).overwrite;
     conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
                    bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(), ctx.params.value(w_), g_);
     ctx.gradsReady(w_, bias_ ? b_ : w_);

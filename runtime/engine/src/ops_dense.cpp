@@ -107,9 +107,8 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, int B, int I, int O, RoundedOperands* r, bool overwrite) {
   if (db) {
-    if (overwrite && B > 0) std::memcpy(db, dy, static_cast<std::size_t>(O) * sizeof(float));
-    if (overwrite && B == 0) std::memset(db, 0, static_cast<std::size_t>(O) * sizeof(float));
-    for (int i = overwrite ? 1 : 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
+    if (overwrite) std::memset(db, 0, static_cast<std::size_t>(O) * sizeof(float));  // O floats, not O x I
+    for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
   }
   const float beta = overwrite ? 0.f : 1.f;
   if (r && emulatesBf16(dev)) {  // x and w as forward rounded them

@@ -151,24 +151,10 @@ class AdamRule : public Optimizer {
     const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta2), t));
     // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled), in its
     // own instance of the loop so Adam's stays as it was.
-    if (decoupled_)
-      update<true>(ps, lr_ / bc1, std::sqrt(bc2));
-    else
-      update<false>(ps, lr_ / bc1, std::sqrt(bc2));
-  }
-
- private:
-  template <bool kDecoupled>
-  void update(ParamStore& ps, float stepSize, float bc2Sqrt) {
-    float* p = ps.values();
-    const float* g = ps.grads();
-    float* m = state_[0].second.data();
-    float* v = state_[1].second.data();
-    const std::size_t n = ps.size();
-    const AdamArgs a{o_.beta1, o_.beta2, o_.eps, kDecoupled ? 0.f : o_.weightDecay, 1.f - lr_ * o_.weightDecay,
-                     stepSize, bc2Sqrt};
-    if constexpr (kDecoupled) adamWLoop(p, m, v, g, n, a);
-    else adamLoop(p, m, v, g, n, a);
+    const AdamArgs a{o_.beta1, o_.beta2, o_.eps, decoupled_ ? 0.f : o_.weightDecay, 1.f - lr_ * o_.weightDecay,
+                     lr_ / bc1, std::sqrt(bc2)};
+    (decoupled_ ? adamWLoop : adamLoop)(ps.values(), state_[0].second.data(), state_[1].second.data(), ps.grads(),
+                                        ps.size(), a);
   }
 
  private:

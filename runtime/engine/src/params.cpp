@@ -74,6 +74,18 @@ void ParamStore::zeroGrad() {
   anyUnset_ = true;
 }
 
+ParamStore::GradSlot ParamStore::gradSlot(std::size_t first, std::size_t last) {
+  float* data = grads_ + views_[first].offset;
+  if (unset_.empty()) return {data, false};
+  bool overwrite = true;
+  for (std::size_t i = first; i <= last; ++i) overwrite = overwrite && unset_[i] != 0;
+  for (std::size_t i = first; i <= last; ++i) {
+    if (overwrite) unset_[i] = 0;
+    else grad(i);  // a cleared one gets its zeros: the caller adds
+  }
+  return {data, overwrite};
+}
+
 void ParamStore::fillUnset(std::size_t i) const {
   std::memset(grads_ + views_[i].offset, 0, views_[i].count * sizeof(float));
   unset_[i] = 0;

@@ -39,19 +39,18 @@ class ParamStore {
     if (!unset_.empty() && unset_[i]) fillUnset(i);
     return grads_ + views_[i].offset;
   }
-  // View i's gradient for a backward that writes every element of it in one go. overwrite is
-  // true when zeroGrad cleared it and nothing wrote it since: the caller then writes the view
-  // instead of adding to it, and its zeros are never filled in (torch's zero_grad with
-  // set_to_none). Either way the view holds a gradient afterwards.
+  // The gradient of views [first, last] (registered one after the other, as a layer's weight
+  // and bias) for a backward that writes every element of them in one go. overwrite is true when
+  // zeroGrad cleared them all and nothing wrote them since: the caller then writes the views
+  // instead of adding to them, and their zeros are never filled in (torch's zero_grad with
+  // set_to_none). Otherwise any cleared one is filled with zeros and the caller adds. Either way
+  // the views hold a gradient afterwards. data is view first's gradient.
   struct GradSlot {
     float* data;
     bool overwrite;
   };
-  GradSlot gradSlot(std::size_t i) {
-    const bool overwrite = !unset_.empty() && unset_[i];
-    if (overwrite) unset_[i] = 0;
-    return {grads_ + views_[i].offset, overwrite};
-  }
+  GradSlot gradSlot(std::size_t first, std::size_t last);
+  GradSlot gradSlot(std::size_t i) { return gradSlot(i, i); }
   float* values() { return values_.data(); }
   const float* values() const { return values_.data(); }
   // The whole gradient buffer, every view cleared by zeroGrad and unwritten since as zeros.
