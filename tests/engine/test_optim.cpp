@@ -1,11 +1,17 @@
-// test_optim.cpp: SGD and Adam updates against hand-computed PyTorch rules, and the schedules.
+// test_optim.cpp: SGD and Adam updates against hand-computed PyTorch rules, the schedules, and
+// the bf16 mirror of the weights the optimizers write.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
+#include <utility>
 #include <numbers>
 
 #include "xspawn/error.hpp"
 #include "xspawn/optim.hpp"
+#include "gemm.hpp"
+#include "param_mirror.hpp"
 
 namespace xs::engine {
 namespace {
@@ -156,6 +162,79 @@ TEST(Optim, CosineAnnealing) {
   EXPECT_THROW((optim::CosineAnnealingLR{0.1f, 0}.at(1)), UsageError);
   optim::StepLR seed002{1.0f, 1, 0.7f};
   EXPECT_NEAR(seed002.at(3), 0.343, 1e-6);
+}
+
+// Emulated bf16 keeps the weights rounded in a mirror (param_mirror.hpp) that every optimizer
+// writes in its own pass; a store nobody read rounded has no mirror and the same update.
+namespace mirror {
+
+using Make = std::function<std::unique_ptr<optim::Optimizer>(ParamStore&, Device&)>;
+
+void fill(ParamStore& ps, std::size_t n, float scale) {
+  for (std::size_t i = 0; i < n; ++i) ps.value(0)[i] = scale * std::sin(0.37f * static_cast<float>(i));
+}
+
+// Two steps on a store with a mirror and on one without: the same values, and the mirror
+// holds their rounding without being rounded again when read.
+void expectMirrorWritten(const Make& make, std::size_t n) {
+  Device dev;
+  ParamStore with{true}, without{true};
+  for (ParamStore* ps : {&with, &without}) {
+    ps->add("w", Shape{static_cast<int>(n)}, Init::kZeros);
+    ps->allocate(dev);
+    fill(*ps, n, 1.f);
+  }
+  const float* r = detail::ParamStoreAccess::rounded(with, 0);  // makes the mirror
+  auto a = make(with, dev), b = make(without, dev);
+  for (int step = 0; step < 2; ++step) {
+    for (ParamStore* ps : {&with, &without})
+      for (std::size_t i = 0; i < n; ++i) ps->grad(0)[i] = 0.25f * std::cos(0.11f * static_cast<float>(i + step));
+    a->step();
+    b->step();
+  }
+  ASSERT_EQ(detail::ParamStoreAccess::rounded(with, 0), r);
+  const ParamStore& w = without;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bad += std::memcmp(&w.value(0)[i], &std::as_const(with).value(0)[i], sizeof(float)) != 0;
+    const float want = roundToBf16(w.value(0)[i]);
+    bad += std::memcmp(&r[i], &want, sizeof(float)) != 0;
+  }
+  EXPECT_EQ(bad, 0u) << n << " floats";
+}
+
+}  // namespace mirror
+
+TEST(Optim, EveryRuleWritesTheBf16MirrorInItsPass) {
+  const std::vector<std::pair<const char*, mirror::Make>> rules{
+      {"sgd", [](ParamStore& p, Device& d) { return optim::SGD(p, d, optim::SgdOptions{0.1f}); }},
+      {"momentum", [](ParamStore& p, Device& d) { return optim::SGD(p, d, optim::SgdOptions{0.1f, 0.9f, 0.f, 1e-3f}); }},
+      {"nesterov",
+       [](ParamStore& p, Device& d) { return optim::SGD(p, d, optim::SgdOptions{0.1f, 0.9f, 0.f, 0.f, true}); }},
+      {"adam", [](ParamStore& p, Device& d) { return optim::Adam(p, d, optim::AdamOptions{}); }},
+      {"adamw", [](ParamStore& p, Device& d) { return optim::AdamW(p, d, optim::AdamWOptions{}); }},
+      {"adadelta", [](ParamStore& p, Device& d) { return optim::Adadelta(p, d, optim::AdadeltaOptions{}); }}};
+  // In place, and above the size whose mirror is streamed past the cache (with a ragged tail).
+  for (std::size_t n : {std::size_t{1000}, (std::size_t{4} << 20) + 37})
+    for (const auto& [name, make] : rules) {
+      SCOPED_TRACE(name);
+      mirror::expectMirrorWritten(make, n);
+    }
+}
+
+TEST(ParamStore, AValueWrittenThroughTheStoreIsRoundedAgain) {
+  Device dev;
+  ParamStore ps{true};
+  ps.add("a", Shape{3}, Init::kZeros);
+  ps.add("b", Shape{3}, Init::kZeros);
+  ps.allocate(dev);
+  const float x = 1.00390625f;  // 1 + 2^-8: not a bf16, rounds to 1 (ties to even)
+  EXPECT_EQ(detail::ParamStoreAccess::rounded(ps, 0)[0], 0.f);
+  ps.value(0)[0] = x;  // value(i) counts view i as changed
+  EXPECT_EQ(detail::ParamStoreAccess::rounded(ps, 0)[0], 1.f);
+  ps.values()[ps.views()[1].offset] = 3.f;  // values() counts every view as changed
+  EXPECT_EQ(detail::ParamStoreAccess::rounded(ps, 1)[0], 3.f);
+  EXPECT_EQ(detail::ParamStoreAccess::rounded(ps, 0)[0], 1.f);
 }
 
 }  // namespace

@@ -220,7 +220,7 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
   if (emulatesBf16(dev)) {
     if (!g.xRounded)
       x = roundedCopy(dev, g.keepSrc ? keptFor(*e, e->roundedSrc, x) : e->roundedStage, x, srcCount(g));
-    w = roundedCopy(dev, e->roundedWei, w, weiCount(g));
+    if (!g.wRounded) w = roundedCopy(dev, e->roundedWei, w, weiCount(g));
   }
   float* keep = nullptr;
   if (g.keepSrc && !e->src.same) {
@@ -250,7 +250,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
       keptValid = r != e->roundedSrc.end();
       x = keptValid ? r->second.data() : roundedCopy(dev, e->roundedStage, x, srcCount(g));
     }
-    if (dx) w = roundedCopy(dev, e->roundedWei, w, weiCount(g));  // only the data gradient reads w
+    if (dx && !g.wRounded) w = roundedCopy(dev, e->roundedWei, w, weiCount(g));  // only dx reads w
     if (!g.dyBf16 && !g.dyRounded) dy = roundedCopy(dev, e->roundedDiffDst, dy, dstCount(g));
   }
   // Blocked dy and dx (g.dyBlocked / g.dxBlocked) are already in the primitives' layout.

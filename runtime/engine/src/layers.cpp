@@ -7,6 +7,7 @@
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
 #include "ops.hpp"
+#include "param_mirror.hpp"
 #include "rng.hpp"
 
 namespace xs::nn {
@@ -24,6 +25,7 @@ void Context::gradsReady(std::size_t first, std::size_t last) const {
 
 namespace xs::engine {
 
+using detail::ParamStoreAccess;
 using nn::BuildInfo;
 using nn::Context;
 using nn::Module;
@@ -56,8 +58,9 @@ class Linear : public Module {
     int B = x.shape()[0];
     y_.ensure(ctx.dev, Shape{B, out_}, "activations");
     rounded_.xRounded = x.bf16Values();
-    y_.setBf16Grad(emulatesBf16(ctx.dev));  // its backward rounds dy
-    linearForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_), ctx.params.value(b_), B, in_, out_, &rounded_);
+    rounded_.wRounded = emulatesBf16(ctx.dev);
+    y_.setBf16Grad(rounded_.wRounded);  // its backward rounds dy
+    linearForward(ctx.dev, y_.data(), x.data(), weight(ctx), ctx.params.value(b_), B, in_, out_, &rounded_);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
@@ -66,12 +69,16 @@ class Linear : public Module {
     rounded_.dyRounded = dy.bf16Values();
     const bool overwrite = ctx.params.gradSlot(w_, b_).overwrite;
     linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_), ctx.params.grad(b_),
-                   dy.data(), x_->data(), ctx.params.value(w_), B, in_, out_, &rounded_, overwrite);
+                   dy.data(), x_->data(), weight(ctx), B, in_, out_, &rounded_, overwrite);
     ctx.gradsReady(w_, b_);
     return dx_;
   }
 
  private:
+  // The weights as the products read them: in emulated bf16, rounded (the store's mirror).
+  const float* weight(Context& ctx) {
+    return rounded_.wRounded ? ParamStoreAccess::rounded(ctx.params, w_) : ctx.params.value(w_);
+  }
   int in_, out_;
   std::size_t w_ = 0, b_ = 0;
   RoundedOperands rounded_;  // emulated bf16 only
@@ -100,12 +107,12 @@ class Conv2d : public Module {
     x_ = &x;
     g_.n = x.shape()[0];
     g_.xRounded = x.bf16Values();
+    g_.wRounded = emulatesBf16(ctx.dev);
     g_.srcNhwc = x.layout() == Layout::kNhwc || in_ == 1;  // one channel: the same bytes either way
     g_.dstNhwc = preferredLayout(ctx.dev) == Layout::kNhwc;
     y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
     y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
-    conv2dForward(ctx.dev, y_.data(), x.data(), ctx.params.value(w_),
-                  bias_ ? ctx.params.value(b_) : nullptr, g_);
+    conv2dForward(ctx.dev, y_.data(), x.data(), weight(ctx), bias_ ? ctx.params.value(b_) : nullptr, g_);
     // oneDNN backward passes that take dy (and give dx) in channel blocks: say so to the module
     // after (y_), and give dx so when the module before asked (x) and reads nothing else.
     blockedGrads_ = conv2dGradsBlocked16(ctx.dev, g_, bias_, needInputGrad_);
@@ -127,7 +134,7 @@ class Conv2d : public Module {
     g_.dyRounded = dy.bf16Values();
     g_.overwriteGrads = ctx.params.gradSlot(w_, bias_ ? b_ : w_).overwrite;
     conv2dBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_),
-                   bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(), ctx.params.value(w_), g_);
+                   bias_ ? ctx.params.grad(b_) : nullptr, dy.data(), x_->data(), weight(ctx), g_);
     ctx.gradsReady(w_, bias_ ? b_ : w_);
     return dx_;
   }
@@ -135,6 +142,10 @@ class Conv2d : public Module {
  private:
   int in_, out_, k_, stride_, pad_;
   bool bias_;
+  // The weights as the products read them: in emulated bf16, rounded (the store's mirror).
+  const float* weight(Context& ctx) {
+    return g_.wRounded ? ParamStoreAccess::rounded(ctx.params, w_) : ctx.params.value(w_);
+  }
   bool blockedGrads_ = false, blockedDx_ = false;  // see forward
   ConvGeom g_{};
   std::size_t w_ = 0, b_ = 0;

@@ -19,6 +19,8 @@ struct RoundedOperands {
   Tensor w, x, dy;
   // The caller's x / dy are bf16 values already (Tensor::bf16Values): used as they are.
   bool xRounded = false, dyRounded = false;
+  // The caller's w is bf16 values already (ParamStore's rounded mirror): used as it is.
+  bool wRounded = false;
 };
 // x [B, I], w [O, I], b [O] (may be null) -> y [B, O]; r: the layer's rounded operands.
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
@@ -41,6 +43,7 @@ struct ConvGeom {
   // Emulated bf16: x / dy are float32 values that are bf16 already (Tensor::bf16Values), so the
   // convolution skips rounding them.
   bool xRounded = false, dyRounded = false;
+  bool wRounded = false;  // w is bf16 values already (ParamStore's rounded mirror)
   // dy / dx in blocks of 16 channels ([n, c/16, h, w, 16]): only where conv2dGradsBlocked16 holds.
   bool dyBlocked = false, dxBlocked = false;
   // dw and db are written, not added to (ParamStore::gradSlot): no read of the old gradient.

@@ -97,7 +97,7 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
     for (int i = 0; i < B; ++i) std::memcpy(y + static_cast<std::size_t>(i) * O, b, O * sizeof(float));
   if (r && emulatesBf16(dev)) {
     if (!r->xRounded) x = roundedCopy(dev, r->x, x, static_cast<std::size_t>(B) * I);
-    w = roundedCopy(dev, r->w, w, static_cast<std::size_t>(O) * I);
+    if (!r->wRounded) w = roundedCopy(dev, r->w, w, static_cast<std::size_t>(O) * I);
     gemmOfRounded(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
     return;
   }
@@ -114,7 +114,7 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
   if (r && emulatesBf16(dev)) {  // x and w as forward rounded them
     const float* dyr = r->dyRounded ? dy : roundedCopy(dev, r->dy, dy, static_cast<std::size_t>(B) * O);
     gemmOfRounded(dev, true, false, O, I, B, dyr, O, r->xRounded ? x : r->x.data(), I, beta, dw, I);
-    if (dx) gemmOfRounded(dev, false, false, B, I, O, dyr, O, r->w.data(), I, 0.f, dx, I);
+    if (dx) gemmOfRounded(dev, false, false, B, I, O, dyr, O, r->wRounded ? w : r->w.data(), I, 0.f, dx, I);
     return;
   }
   // dw [O, I] (+)= dy^T [O, B] * x [B, I]

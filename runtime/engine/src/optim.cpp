@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <immintrin.h>
 #include <numbers>
 
 #include "xspawn/error.hpp"
+#include "gemm.hpp"
+#include "param_mirror.hpp"
 
 namespace xs::optim {
 
@@ -14,6 +17,7 @@ using engine::Device;
 using engine::ParamStore;
 using engine::Shape;
 using engine::Tensor;
+using engine::detail::ParamStoreAccess;
 
 std::vector<std::pair<std::string, Tensor*>> Optimizer::state() {
   std::vector<std::pair<std::string, Tensor*>> r;
@@ -31,32 +35,97 @@ Tensor zeros(Device& dev, std::size_t n, const char* what) {
 
 // The update loops, one branch-free loop per rule and case so each vectorises, compiled for
 // AVX-512 and AVX2 besides the baseline. This file is built with -ffp-contract=off: every
-// operation rounds once, as written, so each width gives the same bits.
+// operation rounds once, as written, so each width gives the same bits. Each loop also writes
+// the new values rounded to bf16 into r when the store keeps emulated bf16's mirror
+// (detail::ParamStoreAccess): the layers then read their weights rounded with no pass of their own.
 #define XS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#define XS_INLINE [[gnu::always_inline]] inline
 
-XS_CLONES void sgdLoop(float* p, const float* g, std::size_t n, float lr, float wd) {
-#pragma omp simd
-  for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+// p[i] = v, and its rounding in the mirror.
+template <bool kMirror>
+XS_INLINE void put(float* p, float* r, std::size_t i, float v) {
+  p[i] = v;
+  if constexpr (kMirror) r[i] = engine::roundToBf16(v);
 }
 
-XS_CLONES void sgdMomentumLoop(float* p, float* buf, const float* g, std::size_t n, float lr, float wd, float keep,
-                               float take) {
+// A mirror larger than this is written past the cache: read by the next forward only after
+// the rest of the step has evicted it, its lines would be read from memory first (read for
+// ownership) just to be overwritten. The loops then round a block into a buffer on the stack
+// and stream it out (streamOut).
+constexpr std::size_t kStreamFloats = std::size_t{4} << 20;  // 16 MiB
+constexpr std::size_t kBlockFloats = 2048;                   // 8 KiB: stays in L1
+
+__attribute__((target("avx512f"))) void streamOutAvx512(float* dst, const float* src, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_load_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+void streamOutSse(float* dst, const float* src, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_load_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// dst (64-byte aligned) = src (aligned), with non-temporal stores.
+void streamOut(float* dst, const float* src, std::size_t n) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  (avx512 ? streamOutAvx512 : streamOutSse)(dst, src, n);
+}
+
+// Runs body(offset, count, mirror) over [0, n): on the whole range, or with a large mirror in
+// blocks whose rounding goes to a stack buffer and is streamed into r.
+template <class Body>
+XS_INLINE void withMirror(float* r, std::size_t n, Body body) {
+  if (n < kStreamFloats) return body(0, n, r);
+  alignas(64) float block[kBlockFloats];
+  for (std::size_t o = 0; o < n; o += kBlockFloats) {
+    const std::size_t len = std::min(kBlockFloats, n - o);
+    body(o, len, block);
+    streamOut(r + o, block, len);
+  }
+  _mm_sfence();  // the streamed stores ordered before the mirror's next reader
+}
+
+struct SgdArgs {
+  float lr, wd, keep, take, mu;  // buf = keep * buf + take * d; Nesterov steps along d + mu * buf
+};
+
+enum class Sgd { kPlain, kMomentum, kNesterov };
+
+template <Sgd kRule, bool kMirror>
+XS_INLINE void sgdBody(float* p, float* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
+  const float lr = a.lr, wd = a.wd, keep = a.keep, take = a.take, mu = a.mu;
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
-    float d = g[i] + wd * p[i], b = keep * buf[i] + take * d;
-    buf[i] = b;
-    p[i] -= lr * b;
+    float d = g[i] + wd * p[i];
+    if constexpr (kRule == Sgd::kPlain) {
+      put<kMirror>(p, r, i, p[i] - lr * d);
+    } else {
+      float b = keep * buf[i] + take * d;
+      buf[i] = b;
+      if constexpr (kRule == Sgd::kNesterov) put<kMirror>(p, r, i, p[i] - lr * (d + mu * b));
+      else put<kMirror>(p, r, i, p[i] - lr * b);
+    }
   }
 }
 
-XS_CLONES void sgdNesterovLoop(float* p, float* buf, const float* g, std::size_t n, float lr, float wd, float keep,
-                               float take, float mu) {
-#pragma omp simd
-  for (std::size_t i = 0; i < n; ++i) {
-    float d = g[i] + wd * p[i], b = keep * buf[i] + take * d;
-    buf[i] = b;
-    p[i] -= lr * (d + mu * b);
-  }
+template <Sgd kRule>
+XS_INLINE void sgdRun(float* p, float* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
+  if (!r) return sgdBody<kRule, false>(p, r, buf, g, n, a);
+  withMirror(r, n, [&](std::size_t o, std::size_t len, float* out) {
+    sgdBody<kRule, true>(p + o, out, buf ? buf + o : nullptr, g + o, len, a);
+  });
+}
+
+XS_CLONES void sgdLoop(float* p, float* r, float*, const float* g, std::size_t n, const SgdArgs& a) {
+  sgdRun<Sgd::kPlain>(p, r, nullptr, g, n, a);
+}
+XS_CLONES void sgdMomentumLoop(float* p, float* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
+  sgdRun<Sgd::kMomentum>(p, r, buf, g, n, a);
+}
+XS_CLONES void sgdNesterovLoop(float* p, float* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
+  sgdRun<Sgd::kNesterov>(p, r, buf, g, n, a);
 }
 
 struct AdamArgs {
@@ -64,39 +133,61 @@ struct AdamArgs {
 };
 
 // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled).
-template <bool kDecoupled>
-[[gnu::always_inline]] inline void adamBody(float* p, float* m, float* v, const float* g, std::size_t n,
-                                            const AdamArgs& a) {
+template <bool kDecoupled, bool kMirror>
+XS_INLINE void adamBody(float* p, float* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
   const float b1 = a.b1, b2 = a.b2, eps = a.eps, wd = a.wd, shrink = a.shrink, stepSize = a.stepSize,
               bc2Sqrt = a.bc2Sqrt;
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
-    if constexpr (kDecoupled) p[i] *= shrink;
-    float d = g[i] + wd * p[i];
+    float w = p[i];
+    if constexpr (kDecoupled) w *= shrink;
+    float d = g[i] + wd * w;
     m[i] = m[i] * b1 + (1.f - b1) * d;
     v[i] = v[i] * b2 + (1.f - b2) * d * d;
     float denom = std::sqrt(v[i]) / bc2Sqrt + eps;
-    p[i] -= stepSize * (m[i] / denom);
+    put<kMirror>(p, r, i, w - stepSize * (m[i] / denom));
   }
 }
 
-XS_CLONES void adamLoop(float* p, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
-  adamBody<false>(p, m, v, g, n, a);
-}
-XS_CLONES void adamWLoop(float* p, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
-  adamBody<true>(p, m, v, g, n, a);
+template <bool kDecoupled>
+XS_INLINE void adamRun(float* p, float* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
+  if (!r) return adamBody<kDecoupled, false>(p, r, m, v, g, n, a);
+  withMirror(r, n, [&](std::size_t o, std::size_t len, float* out) {
+    adamBody<kDecoupled, true>(p + o, out, m + o, v + o, g + o, len, a);
+  });
 }
 
-XS_CLONES void adadeltaLoop(float* p, float* sq, float* acc, const float* g, std::size_t n, float rho, float eps,
-                            float wd, float lr) {
+XS_CLONES void adamLoop(float* p, float* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
+  adamRun<false>(p, r, m, v, g, n, a);
+}
+XS_CLONES void adamWLoop(float* p, float* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
+  adamRun<true>(p, r, m, v, g, n, a);
+}
+
+struct AdadeltaArgs {
+  float rho, eps, wd, lr;
+};
+
+template <bool kMirror>
+XS_INLINE void adadeltaBody(float* p, float* r, float* sq, float* acc, const float* g, std::size_t n,
+                            const AdadeltaArgs& a) {
+  const float rho = a.rho, eps = a.eps, wd = a.wd, lr = a.lr;
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
     float d = g[i] + wd * p[i];
     sq[i] = sq[i] * rho + (1.f - rho) * d * d;
     float delta = std::sqrt(acc[i] + eps) / std::sqrt(sq[i] + eps) * d;
     acc[i] = acc[i] * rho + (1.f - rho) * delta * delta;
-    p[i] -= lr * delta;
+    put<kMirror>(p, r, i, p[i] - lr * delta);
   }
+}
+
+XS_CLONES void adadeltaLoop(float* p, float* r, float* sq, float* acc, const float* g, std::size_t n,
+                            const AdadeltaArgs& a) {
+  if (!r) return adadeltaBody<false>(p, r, sq, acc, g, n, a);
+  withMirror(r, n, [&](std::size_t o, std::size_t len, float* out) {
+    adadeltaBody<true>(p + o, out, sq + o, acc + o, g + o, len, a);
+  });
 }
 
 class SgdRule : public Optimizer {
@@ -113,15 +204,13 @@ class SgdRule : public Optimizer {
   const char* kind() const override { return "sgd"; }
   void step() override {
     ParamStore& ps = params_;
-    float* p = ps.values();
     const float* g = ps.grads();
-    const std::size_t n = ps.size();
-    const float wd = o_.weightDecay, mu = o_.momentum, damp = 1.f - o_.dampening, lr = lr_;
+    const auto [p, r] = ParamStoreAccess::update(ps);
+    const float mu = o_.momentum;
     float* buf = mu == 0.f ? nullptr : state_[0].second.data();
-    const float keep = steps_ == 0 ? 0.f : mu, take = steps_ == 0 ? 1.f : damp;  // buf = d at first
-    if (!buf) sgdLoop(p, g, n, lr, wd);
-    else if (o_.nesterov) sgdNesterovLoop(p, buf, g, n, lr, wd, keep, take, mu);
-    else sgdMomentumLoop(p, buf, g, n, lr, wd, keep, take);
+    const SgdArgs a{lr_, o_.weightDecay, steps_ == 0 ? 0.f : mu,  // buf = d at the first step
+                    steps_ == 0 ? 1.f : 1.f - o_.dampening, mu};
+    (!buf ? sgdLoop : o_.nesterov ? sgdNesterovLoop : sgdMomentumLoop)(p, r, buf, g, ps.size(), a);
     ++steps_;
   }
 
@@ -153,8 +242,9 @@ class AdamRule : public Optimizer {
     // own instance of the loop so Adam's stays as it was.
     const AdamArgs a{o_.beta1, o_.beta2, o_.eps, decoupled_ ? 0.f : o_.weightDecay, 1.f - lr_ * o_.weightDecay,
                      lr_ / bc1, std::sqrt(bc2)};
-    (decoupled_ ? adamWLoop : adamLoop)(ps.values(), state_[0].second.data(), state_[1].second.data(), ps.grads(),
-                                        ps.size(), a);
+    const float* g = ps.grads();
+    const auto [p, r] = ParamStoreAccess::update(ps);
+    (decoupled_ ? adamWLoop : adamLoop)(p, r, state_[0].second.data(), state_[1].second.data(), g, ps.size(), a);
   }
 
  private:
@@ -176,12 +266,10 @@ class AdadeltaRule : public Optimizer {
   void step() override {
     ParamStore& ps = params_;
     ++steps_;
-    float* p = ps.values();
     const float* g = ps.grads();
-    float* sq = state_[0].second.data();
-    float* acc = state_[1].second.data();
-    const std::size_t n = ps.size();
-    adadeltaLoop(p, sq, acc, g, n, o_.rho, o_.eps, o_.weightDecay, lr_);
+    const auto [p, r] = ParamStoreAccess::update(ps);
+    adadeltaLoop(p, r, state_[0].second.data(), state_[1].second.data(), g, ps.size(),
+                 AdadeltaArgs{o_.rho, o_.eps, o_.weightDecay, lr_});
   }
 
  private:

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "xspawn/error.hpp"
+#include "gemm.hpp"
+#include "param_mirror.hpp"
 #include "rng.hpp"
 
 namespace xs::engine {
@@ -20,6 +22,7 @@ std::size_t ParamStore::add(const std::string& name, const Shape& shape, Init in
 
 void ParamStore::allocate(Device& dev) {
   if (size_ == 0) return;
+  dev_ = &dev;
   values_ = Tensor(dev, Shape{static_cast<int>(size_)}, "parameters");
   values_.zero();
   if (withGrads_) {
@@ -97,5 +100,28 @@ void ParamStore::fillAllUnset() const {
     if (unset_[i]) fillUnset(i);
   anyUnset_ = false;
 }
+
+namespace detail {
+
+const float* ParamStoreAccess::rounded(ParamStore& s, std::size_t i) {
+  if (s.rounded_.empty()) {
+    s.rounded_ = Tensor(*s.dev_, Shape{static_cast<int>(s.size_)}, "bf16-rounded parameters");
+    s.roundedCurrent_.assign(s.views_.size(), 0);
+  }
+  float* r = s.rounded_.data() + s.views_[i].offset;
+  if (!s.roundedCurrent_[i]) {
+    roundToBf16(s.values_.data() + s.views_[i].offset, r, s.views_[i].count);
+    s.roundedCurrent_[i] = 1;
+  }
+  return r;
+}
+
+ParamStoreAccess::Update ParamStoreAccess::update(ParamStore& s) {
+  // The rounding of every view is written by the caller's pass (an optimizer's loop).
+  s.roundedCurrent_.assign(s.roundedCurrent_.size(), 1);
+  return {s.values_.data(), s.rounded_.empty() ? nullptr : s.rounded_.data()};
+}
+
+}  // namespace detail
 
 }  // namespace xs::engine

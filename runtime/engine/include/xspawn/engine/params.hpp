@@ -14,6 +14,10 @@ namespace xs::engine {
 
 enum class Init { kUniform, kOnes, kZeros };
 
+namespace detail {
+struct ParamStoreAccess;  // the engine's own layers and optimizers (not installed)
+}
+
 struct ParamView {
   std::string name;    // PyTorch-style: "features.0.weight"
   Shape shape;
@@ -33,7 +37,13 @@ class ParamStore {
   // Fills every view from its init rule; view i draws from stream mix64(seed ^ hash(name)).
   void initialize(std::uint64_t seed);
 
-  float* value(std::size_t i) { return values_.data() + views_[i].offset; }
+  // View i's values. The mutable form counts them as changed (the engine keeps derived copies,
+  // such as emulated bf16's rounded weights, until then): read through a const store to avoid that.
+  float* value(std::size_t i) {
+    if (!roundedCurrent_.empty()) roundedCurrent_[i] = 0;
+    return values_.data() + views_[i].offset;
+  }
+  const float* value(std::size_t i) const { return values_.data() + views_[i].offset; }
   // View i's gradient, to add to: zeros if zeroGrad cleared it and nothing wrote it since.
   float* grad(std::size_t i) {
     if (!unset_.empty() && unset_[i]) fillUnset(i);
@@ -51,7 +61,11 @@ class ParamStore {
   };
   GradSlot gradSlot(std::size_t first, std::size_t last);
   GradSlot gradSlot(std::size_t i) { return gradSlot(i, i); }
-  float* values() { return values_.data(); }
+  // Every value, in one flat buffer; the mutable form counts them all as changed (as value(i)).
+  float* values() {
+    roundedCurrent_.assign(roundedCurrent_.size(), 0);
+    return values_.data();
+  }
   const float* values() const { return values_.data(); }
   // The whole gradient buffer, every view cleared by zeroGrad and unwritten since as zeros.
   float* grads() {
@@ -78,6 +92,7 @@ class ParamStore {
   void zeroGrad();
 
  private:
+  friend struct detail::ParamStoreAccess;
   void fillUnset(std::size_t i) const;
   void fillAllUnset() const;
 
@@ -90,6 +105,11 @@ class ParamStore {
   // Per view: cleared by zeroGrad and not written since (its memory still holds old values).
   mutable std::vector<std::uint8_t> unset_;
   mutable bool anyUnset_ = false;
+  // Emulated bf16: the values rounded to bf16, made at the first read of a rounded view, and per
+  // view whether it holds the current values' rounding (detail::ParamStoreAccess).
+  Device* dev_ = nullptr;
+  Tensor rounded_;
+  std::vector<std::uint8_t> roundedCurrent_;
 };
 
 }  // namespace xs::engine
