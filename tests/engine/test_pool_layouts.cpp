@@ -4,6 +4,7 @@
 // overlap, pad, leave pixels uncovered and split channel blocks; and the same gradients when dy
 // or dx are in channel blocks of 16 (nChw16c); the bf16-rounded gradient and ReLU are the
 // rounded ones; and each kernel refuses the other's geometry.
+// The channels-last average pool against the NCHW one, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -253,4 +254,31 @@ TEST(PoolLayouts, ReluBackwardRoundedIsTheRoundedGradient) {
   roundToBf16(want.data(), want.data(), want.size());
   reluBackwardRoundedToBf16(dx.data(), dy.data(), y.data(), y.size());
   EXPECT_TRUE(sameBits(want, dx));
+}
+
+// The channels-last average pool sums every window in the NCHW kernel's order: the same bits
+// (values with long fractions, so that another order would round differently), padded and
+// overlapping windows included; LeNet-5's pools first.
+TEST(PoolLayouts, ChannelsLastAveragePoolMatchesNchwBitForBit) {
+  const Case cases[] = {{6, 28, 28, 2, 2, 0}, {16, 10, 10, 2, 2, 0}, {5, 9, 7, 3, 2, 1}, {17, 8, 8, 3, 1, 1}};
+  for (const Case& cs : cases) {
+    PoolGeom g{3, cs.c, cs.h, cs.w, cs.k, cs.stride, cs.pad};
+    const int hw = g.h * g.w, ohw = g.oh() * g.ow();
+    const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * hw, ny = static_cast<std::size_t>(g.n) * g.c * ohw;
+    std::vector<float> x(nx), dy(ny);
+    for (std::size_t i = 0; i < nx; ++i) x[i] = std::sin(0.731f * static_cast<float>(i)) * 3.1f;
+    for (std::size_t i = 0; i < ny; ++i) dy[i] = std::cos(0.413f * static_cast<float>(i)) * 1.7f;
+    std::vector<float> y(ny), dx(nx);
+    avgPool2dForward(y.data(), x.data(), g);
+    avgPool2dBackward(dx.data(), dy.data(), g);
+    PoolGeom gl = g;
+    gl.nhwc = true;
+    std::vector<float> xl(nx), dyl(ny), yl(ny), dxl(nx, 7.f);
+    nchwToNhwc(xl.data(), x.data(), g.n, g.c, hw);
+    nchwToNhwc(dyl.data(), dy.data(), g.n, g.c, ohw);
+    avgPoolNhwcForward(yl.data(), xl.data(), gl);
+    avgPoolNhwcBackward(dxl.data(), dyl.data(), gl);
+    EXPECT_TRUE(sameBits(transposed(yl, g.n, g.c, ohw), y)) << cs.c << "x" << cs.h << "x" << cs.w << " k" << cs.k;
+    EXPECT_TRUE(sameBits(transposed(dxl, g.n, g.c, hw), dx)) << cs.c << "x" << cs.h << "x" << cs.w << " k" << cs.k;
+  }
 }

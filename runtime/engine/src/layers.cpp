@@ -170,9 +170,9 @@ class Pool2d : public Module {
     return Shape{in[0], g_.oh(), g_.ow()};
   }
   const Tensor& forward(const Tensor& x0, Context& ctx) override {
-    // Max-pool runs in either layout; the average pools pool channels-last input in NCHW (the
-    // output stays NCHW, which the next convolution or flatten takes).
-    g_.nhwc = kind_ == kMax && x0.layout() == Layout::kNhwc && g_.k <= kMaxNhwcPoolWindow;
+    // Max- and average pools run in either layout; the adaptive pool pools channels-last input
+    // in NCHW (the output stays NCHW, which the next convolution or flatten takes).
+    g_.nhwc = x0.layout() == Layout::kNhwc && (kind_ == kAvg || (kind_ == kMax && g_.k <= kMaxNhwcPoolWindow));
     const Tensor& x = g_.nhwc ? x0 : toNchw(x0, ctx);
     x_ = &x0;
     g_.n = x.shape()[0];
@@ -189,7 +189,7 @@ class Pool2d : public Module {
     y_.ensure(ctx.dev, out, "activations");
     y_.setLayout(x.layout());
     if (kind_ == kAvg) {
-      avgPool2dForward(y_.data(), x.data(), g_);
+      (g_.nhwc ? avgPoolNhwcForward : avgPool2dForward)(y_.data(), x.data(), g_);
     } else {
       // max(relu(x)) = relu(max(x)); rounded in the same pass when the next layer would round it.
       argmax_.ensure(ctx.dev, out, "max-pool indices");
@@ -207,11 +207,11 @@ class Pool2d : public Module {
     y_.setBf16Values(rounded);
     // The channels-last max-pool reads dy and writes dx in channel blocks as well: the
     // convolutions around it then skip their reorders (Tensor::blockedGrad).
-    const bool blocks = g_.nhwc && g_.c % 16 == 0;
+    const bool blocks = kind_ == kMax && g_.nhwc && g_.c % 16 == 0;
     y_.setBlockedGrad(blocks);
     blockedDx_ = blocks && chained_ && needInputGrad_ && x0.blockedGrad();
     // The convolution before rounds dx to bf16: write it rounded (windows that tile only).
-    g_.dxRounded = g_.nhwc && g_.tiles() && chained_ && x0.bf16Grad();
+    g_.dxRounded = kind_ == kMax && g_.nhwc && g_.tiles() && chained_ && x0.bf16Grad();
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
@@ -225,7 +225,7 @@ class Pool2d : public Module {
     if (kind_ == kAdaptive)
       adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
     else if (kind_ == kAvg)
-      avgPool2dBackward(dx.data(), dy.data(), g_);
+      (g_.nhwc ? avgPoolNhwcBackward : avgPool2dBackward)(dx.data(), dy.data(), g_);
     else if (g_.nhwc)  // the codes carry the fused ReLU's mask
       maxPoolNhwcBackward(dx.data(), dy.data(), reinterpret_cast<const std::uint16_t*>(argmax_.data()), g_);
     else

@@ -102,7 +102,7 @@ void nhwcToNchw(float* dst, const float* src, int n, int c, int hw);
 struct PoolGeom {
   int n, c, h, w;  // input [n, c, h, w]
   int k, stride, pad = 0;
-  bool nhwc = false;  // max-pool only: x, y, window codes, dy, dx stored channels last
+  bool nhwc = false;  // max- and average pool: x, y (window codes), dy, dx stored channels last
   // Channels-last max-pool only, c a multiple of 16: dy / dx in blocks of 16 channels
   // ([n, c/16, h, w, 16], oneDNN's nChw16c), as the oneDNN convolutions next to it take them.
   bool dyBlocked = false, dxBlocked = false;
@@ -145,6 +145,9 @@ void maxPoolNhwcBackward(float* dx, const float* dy, const std::uint16_t* code, 
 // x [n, c, h, w] -> y [n, c, oh, ow]; padding counts in the divisor (PyTorch's default)
 void avgPool2dForward(float* y, const float* x, const PoolGeom& g);
 void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g);
+// The same with x, y, dy, dx stored channels last (g.nhwc): the same bits.
+void avgPoolNhwcForward(float* y, const float* x, const PoolGeom& g);
+void avgPoolNhwcBackward(float* dx, const float* dy, const PoolGeom& g);
 // x [n, c, h, w] -> y [n, c, oh, ow]; window i covers [floor(i*h/oh), ceil((i+1)*h/oh))
 void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow);
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,
