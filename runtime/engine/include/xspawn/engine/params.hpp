@@ -38,7 +38,8 @@ class ParamStore {
   void initialize(std::uint64_t seed);
 
   // View i's values. The mutable form counts them as changed (the engine keeps derived copies,
-  // such as emulated bf16's rounded weights, until then): read through a const store to avoid that.
+  // such as emulated bf16's rounded weights, until then): read through a const store to avoid
+  // that, and write through a pointer asked for after the last forward or optimizer step.
   float* value(std::size_t i) {
     if (!roundedCurrent_.empty()) roundedCurrent_[i] = 0;
     return values_.data() + views_[i].offset;
