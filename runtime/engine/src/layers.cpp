@@ -32,6 +32,12 @@ using nn::Module;
 
 namespace {
 
+// Weight view w as a convolution's or linear layer's products read it: in emulated bf16
+// (rounded), the store's rounded mirror, which the optimizer keeps current.
+const float* productWeights(Context& ctx, std::size_t w, bool rounded) {
+  return rounded ? ParamStoreAccess::rounded(ctx.params, w) : ctx.params.value(w);
+}
+
 void expectChw(const Shape& in, const std::string& who) {
   XS_CHECK(in.rank == 3, ShapeError,
            who + " expects a [channels, height, width] input, got " + in.str() + ": put it before "
@@ -75,10 +81,7 @@ class Linear : public Module {
   }
 
  private:
-  // The weights as the products read them: in emulated bf16, rounded (the store's mirror).
-  const float* weight(Context& ctx) {
-    return rounded_.wRounded ? ParamStoreAccess::rounded(ctx.params, w_) : ctx.params.value(w_);
-  }
+  const float* weight(Context& ctx) { return productWeights(ctx, w_, rounded_.wRounded); }
   int in_, out_;
   std::size_t w_ = 0, b_ = 0;
   RoundedOperands rounded_;  // emulated bf16 only
@@ -142,10 +145,7 @@ class Conv2d : public Module {
  private:
   int in_, out_, k_, stride_, pad_;
   bool bias_;
-  // The weights as the products read them: in emulated bf16, rounded (the store's mirror).
-  const float* weight(Context& ctx) {
-    return g_.wRounded ? ParamStoreAccess::rounded(ctx.params, w_) : ctx.params.value(w_);
-  }
+  const float* weight(Context& ctx) { return productWeights(ctx, w_, g_.wRounded); }
   bool blockedGrads_ = false, blockedDx_ = false;  // see forward
   ConvGeom g_{};
   std::size_t w_ = 0, b_ = 0;
@@ -207,11 +207,12 @@ class Pool2d : public Module {
     y_.setBf16Values(rounded);
     // The channels-last max-pool reads dy and writes dx in channel blocks as well: the
     // convolutions around it then skip their reorders (Tensor::blockedGrad).
-    const bool blocks = kind_ == kMax && g_.nhwc && g_.c % 16 == 0;
+    const bool maxNhwc = kind_ == kMax && g_.nhwc;
+    const bool blocks = maxNhwc && g_.c % 16 == 0;
     y_.setBlockedGrad(blocks);
     blockedDx_ = blocks && chained_ && needInputGrad_ && x0.blockedGrad();
     // The convolution before rounds dx to bf16: write it rounded (windows that tile only).
-    g_.dxRounded = kind_ == kMax && g_.nhwc && g_.tiles() && chained_ && x0.bf16Grad();
+    g_.dxRounded = maxNhwc && g_.tiles() && chained_ && x0.bf16Grad();
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {

@@ -50,7 +50,8 @@ EvalResult evaluate(engine::Model& model, const data::Dataset& test, const data:
 
 std::uint64_t weights_hash(engine::Model& model) {
   std::uint64_t h = detail::kFnvOffset;
-  for (engine::ParamStore* store : {&model.params(), &model.buffers()})
+  // Read through const: a mutable values() counts every weight as changed (ParamStore::values).
+  for (const engine::ParamStore* store : {&model.params(), &model.buffers()})
     h = detail::fnv1a(store->values(), store->size() * sizeof(float), h);
   return h;
 }
