@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <utility>
 
 #include <xspawn/data/dataset.hpp>
 #include <xspawn/data/loader.hpp>
@@ -107,7 +108,8 @@ class Clip : public nn::Module {
 // over [batch, features]. It registers its weight at build, and its backward writes the weight's
 // whole gradient in one pass: ParamStore::gradSlot says whether to overwrite it (the first write
 // since zeroGrad, which left the zeros unfilled) or to add to it (a second backward before the
-// next zeroGrad). It then reports the gradient final, for the all-reduce buckets.
+// next zeroGrad). It then reports the gradient final, for the all-reduce buckets. It reads its
+// weight through a const store: a mutable value(i) would count the weight as changed.
 class Scale : public nn::Module {
  public:
   xs::engine::Shape build(const xs::engine::Shape& in, const std::string& prefix, nn::BuildInfo& info) override {
@@ -118,13 +120,13 @@ class Scale : public nn::Module {
   const xs::engine::Tensor& forward(const xs::engine::Tensor& x, nn::Context& ctx) override {
     x_ = &x;
     y_.ensure(ctx.dev, x.shape(), "activations");
-    const float* s = ctx.params.value(w_);
+    const float* s = std::as_const(ctx.params).value(w_);
     for (std::size_t i = 0; i < x.numel(); ++i) y_.data()[i] = x.data()[i] * s[i % features_];
     return y_;
   }
   const xs::engine::Tensor& backward(const xs::engine::Tensor& dy, nn::Context& ctx) override {
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
-    const float* s = ctx.params.value(w_);
+    const float* s = std::as_const(ctx.params).value(w_);
     const xs::engine::ParamStore::GradSlot ds = ctx.params.gradSlot(w_);
     if (ds.overwrite) std::fill(ds.data, ds.data + features_, 0.f);  // a sum over the batch starts at 0
     for (std::size_t i = 0; i < dy.numel(); ++i) {
