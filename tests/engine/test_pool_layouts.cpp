@@ -4,7 +4,7 @@
 // overlap, pad, leave pixels uncovered and split channel blocks; and the same gradients when dy
 // or dx are in channel blocks of 16 (nChw16c); the bf16-rounded gradient and ReLU are the
 // rounded ones; and each kernel refuses the other's geometry.
-// The channels-last average pool against the NCHW one, bit for bit.
+// Every average-pool path (layouts, fused ReLU and rounding) against the separate passes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -259,26 +259,81 @@ TEST(PoolLayouts, ReluBackwardRoundedIsTheRoundedGradient) {
 // The channels-last average pool sums every window in the NCHW kernel's order: the same bits
 // (values with long fractions, so that another order would round differently), padded and
 // overlapping windows included; LeNet-5's pools first.
-TEST(PoolLayouts, ChannelsLastAveragePoolMatchesNchwBitForBit) {
-  const Case cases[] = {{6, 28, 28, 2, 2, 0}, {16, 10, 10, 2, 2, 0}, {5, 9, 7, 3, 2, 1}, {17, 8, 8, 3, 1, 1}};
-  for (const Case& cs : cases) {
-    PoolGeom g{3, cs.c, cs.h, cs.w, cs.k, cs.stride, cs.pad};
-    const int hw = g.h * g.w, ohw = g.oh() * g.ow();
-    const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * hw, ny = static_cast<std::size_t>(g.n) * g.c * ohw;
-    std::vector<float> x(nx), dy(ny);
-    for (std::size_t i = 0; i < nx; ++i) x[i] = std::sin(0.731f * static_cast<float>(i)) * 3.1f;
-    for (std::size_t i = 0; i < ny; ++i) dy[i] = std::cos(0.413f * static_cast<float>(i)) * 1.7f;
-    std::vector<float> y(ny), dx(nx);
-    avgPool2dForward(y.data(), x.data(), g);
-    avgPool2dBackward(dx.data(), dy.data(), g);
-    PoolGeom gl = g;
-    gl.nhwc = true;
-    std::vector<float> xl(nx), dyl(ny), yl(ny), dxl(nx, 7.f);
-    nchwToNhwc(xl.data(), x.data(), g.n, g.c, hw);
-    nchwToNhwc(dyl.data(), dy.data(), g.n, g.c, ohw);
-    avgPoolNhwcForward(yl.data(), xl.data(), gl);
-    avgPoolNhwcBackward(dxl.data(), dyl.data(), gl);
-    EXPECT_TRUE(sameBits(transposed(yl, g.n, g.c, ohw), y)) << cs.c << "x" << cs.h << "x" << cs.w << " k" << cs.k;
-    EXPECT_TRUE(sameBits(transposed(dxl, g.n, g.c, hw), dx)) << cs.c << "x" << cs.h << "x" << cs.w << " k" << cs.k;
+// The separate passes the average pool fuses: ReLU, pool, rounding of y; and of the gradient,
+// the pool's backward, the ReLU's (its mask from relu(x)), rounding. NCHW.
+struct SeparateAvg {
+  std::vector<float> y, dx;
+  SeparateAvg(const std::vector<float>& x, const std::vector<float>& dy, const PoolGeom& g, AvgPoolFusion f,
+              bool roundDx)
+      : y(dy.size()), dx(x.size()) {
+    std::vector<float> rx(x), dPool(x.size());
+    if (f.relu) reluForward(rx.data(), x.data(), x.size());
+    avgPool2dForward(y.data(), rx.data(), g);
+    if (f.roundY) roundToBf16(y.data(), y.data(), y.size());
+    avgPool2dBackward(dPool.data(), dy.data(), g);
+    if (f.relu && roundDx) reluBackwardRoundedToBf16(dx.data(), dPool.data(), rx.data(), x.size());
+    else if (f.relu) reluBackward(dx.data(), dPool.data(), rx.data(), x.size());
+    else if (roundDx) roundToBf16(dPool.data(), dx.data(), x.size());
+    else dx = dPool;
   }
+};
+
+// Every average-pool path against the separate NCHW passes, bit for bit: NCHW and channels last
+// (AVX-512 where the CPU has it, and the portable loops), with and without the fused ReLU and
+// the bf16 rounding of y and of dx, over LeNet-5's shapes, padded and overlapping windows, a
+// channel count past one vector and pixels no window covers; values whose sums round
+// differently in another order, negatives, -0 and a NaN.
+TEST(PoolLayouts, EveryAveragePoolPathMatchesTheSeparatePassesBitForBit) {
+  const Case cases[] = {{6, 28, 28, 2, 2, 0}, {16, 10, 10, 2, 2, 0}, {5, 9, 7, 3, 2, 1},
+                        {17, 8, 8, 3, 1, 1},  {33, 7, 9, 2, 2, 0},   {3, 7, 7, 3, 3, 0}};
+  for (const Case& cs : cases)
+    for (int fusion = 0; fusion < 8; ++fusion) {
+      const AvgPoolFusion f{.relu = (fusion & 1) != 0, .roundY = (fusion & 2) != 0};
+      PoolGeom g{3, cs.c, cs.h, cs.w, cs.k, cs.stride, cs.pad};
+      g.dxRounded = (fusion & 4) != 0;
+      const int hw = g.h * g.w, ohw = g.oh() * g.ow();
+      const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * hw, ny = static_cast<std::size_t>(g.n) * g.c * ohw;
+      std::vector<float> x(nx), dy(ny);
+      for (std::size_t i = 0; i < nx; ++i) x[i] = std::sin(0.731f * static_cast<float>(i)) * 3.1f;
+      for (std::size_t i = 0; i < ny; ++i) dy[i] = std::cos(0.413f * static_cast<float>(i)) * 1.7f;
+      x[nx / 5] = -0.f, x[nx / 3] = std::numeric_limits<float>::quiet_NaN(), dy[ny / 4] = -0.f;
+      const SeparateAvg want(x, dy, g, f, g.dxRounded);
+      const std::string what = std::to_string(cs.c) + "x" + std::to_string(cs.h) + "x" + std::to_string(cs.w) +
+                               " k" + std::to_string(cs.k) + " s" + std::to_string(cs.stride) + " fusion " +
+                               std::to_string(fusion);
+      std::vector<float> y(ny), dx(nx, 7.f);
+      avgPool2dForward(y.data(), x.data(), g, f);
+      avgPool2dBackward(dx.data(), dy.data(), g, f.relu ? x.data() : nullptr);
+      EXPECT_TRUE(sameBits(y, want.y)) << "nchw " << what;
+      EXPECT_TRUE(sameBits(dx, want.dx)) << "nchw " << what;
+      PoolGeom gl = g;
+      gl.nhwc = true;
+      std::vector<float> xl(nx), dyl(ny);
+      nchwToNhwc(xl.data(), x.data(), g.n, g.c, hw);
+      nchwToNhwc(dyl.data(), dy.data(), g.n, g.c, ohw);
+      for (bool portable : {false, true}) {
+        std::vector<float> yl(ny), dxl(nx, 7.f);
+        const float* relu = f.relu ? xl.data() : nullptr;
+        if (portable) {
+          avgPoolNhwcForwardPortable(yl.data(), xl.data(), gl, f);
+          avgPoolNhwcBackwardPortable(dxl.data(), dyl.data(), gl, relu);
+        } else {
+          avgPool2dForward(yl.data(), xl.data(), gl, f);
+          avgPool2dBackward(dxl.data(), dyl.data(), gl, relu);
+        }
+        const char* path = portable ? "portable " : "channels last ";
+        EXPECT_TRUE(sameBits(transposed(yl, g.n, g.c, ohw), want.y)) << path << what;
+        EXPECT_TRUE(sameBits(transposed(dxl, g.n, g.c, hw), want.dx)) << path << what;
+      }
+    }
+}
+
+TEST(PoolLayouts, AveragePoolRefusesBlockedGradients) {
+  PoolGeom g{1, 16, 4, 4, 2, 2, 0};
+  g.nhwc = true;
+  g.dyBlocked = true;
+  std::vector<float> dy(64), dx(256);
+  EXPECT_THROW(avgPool2dBackward(dx.data(), dy.data(), g), ShapeError);
+  g.dyBlocked = false, g.nhwc = false;
+  EXPECT_THROW(avgPoolNhwcBackwardPortable(dx.data(), dy.data(), g), ShapeError);
 }

@@ -21,7 +21,7 @@ Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& i
     first = false;
     s = m->build(s, prefix.empty() ? name : prefix + "." + name, info);
   }
-  // ReLU then max-pool: the pool does both (saves the ReLU's two full passes over the map).
+  // ReLU then a max- or average pool: the pool does both (saves the ReLU's two full passes over the map).
   // Last to first: a module asks its next about the next's own next (roundsInputToBf16).
   for (std::size_t i = children_.size(); i-- > 1;)
     children_[i - 1].second->fuseWithNext(*children_[i].second);

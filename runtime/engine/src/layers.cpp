@@ -155,7 +155,7 @@ class Pool2d : public Module {
  public:
   enum Kind { kMax, kAvg, kAdaptive };
   Pool2d(Kind kind, int a, int b, int pad) : kind_(kind), a_(a), b_(b), pad_(pad) {}
-  bool absorbReluBefore() override { return reluBefore_ = kind_ == kMax; }
+  bool absorbReluBefore() override { return reluBefore_ = kind_ != kAdaptive; }
   void fuseWithNext(Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
   Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
     expectChw(in, prefix + ": pooling");
@@ -185,11 +185,12 @@ class Pool2d : public Module {
       return y_;
     }
     Shape out{g_.n, g_.c, g_.oh(), g_.ow()};
-    const bool rounded = kind_ == kMax && reluBefore_ && nextRounds_ && emulatesBf16(ctx.dev);
+    // Rounded in the pool's pass when the next layer would round it (a max-pool: with its ReLU).
+    const bool rounded = (kind_ == kAvg || reluBefore_) && nextRounds_ && emulatesBf16(ctx.dev);
     y_.ensure(ctx.dev, out, "activations");
     y_.setLayout(x.layout());
     if (kind_ == kAvg) {
-      (g_.nhwc ? avgPoolNhwcForward : avgPool2dForward)(y_.data(), x.data(), g_);
+      avgPool2dForward(y_.data(), x.data(), g_, {.relu = reluBefore_, .roundY = rounded});
     } else {
       // max(relu(x)) = relu(max(x)); rounded in the same pass when the next layer would round it.
       argmax_.ensure(ctx.dev, out, "max-pool indices");
@@ -211,8 +212,8 @@ class Pool2d : public Module {
     const bool blocks = maxNhwc && g_.c % 16 == 0;
     y_.setBlockedGrad(blocks);
     blockedDx_ = blocks && chained_ && needInputGrad_ && x0.blockedGrad();
-    // The convolution before rounds dx to bf16: write it rounded (windows that tile only).
-    g_.dxRounded = maxNhwc && g_.tiles() && chained_ && x0.bf16Grad();
+    // The convolution before rounds dx to bf16: write it rounded (a max-pool: windows that tile only).
+    g_.dxRounded = (kind_ == kAvg || (maxNhwc && g_.tiles())) && chained_ && x0.bf16Grad();
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
@@ -221,12 +222,12 @@ class Pool2d : public Module {
     g_.dxBlocked = blockedDx_;
     Tensor& dx = nhwc ? staged_ : dx_;
     dx.ensure(ctx.dev, x_->shape(), "activation gradients");
-    dx.setBf16Values(g_.dxRounded);  // only a channels-last max-pool sets it
+    dx.setBf16Values(g_.dxRounded);  // set for average pools and channels-last max-pools
     dx.setLayout(blockedDx_ ? Layout::kNchw16c : g_.nhwc ? Layout::kNhwc : Layout::kNchw);
     if (kind_ == kAdaptive)
       adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
     else if (kind_ == kAvg)
-      (g_.nhwc ? avgPoolNhwcBackward : avgPool2dBackward)(dx.data(), dy.data(), g_);
+      avgPool2dBackward(dx.data(), dy.data(), g_, reluBefore_ ? x_->data() : nullptr);
     else if (g_.nhwc)  // the codes carry the fused ReLU's mask
       maxPoolNhwcBackward(dx.data(), dy.data(), reinterpret_cast<const std::uint16_t*>(argmax_.data()), g_);
     else

@@ -106,8 +106,8 @@ struct PoolGeom {
   // Channels-last max-pool only, c a multiple of 16: dy / dx in blocks of 16 channels
   // ([n, c/16, h, w, 16], oneDNN's nChw16c), as the oneDNN convolutions next to it take them.
   bool dyBlocked = false, dxBlocked = false;
-  // Channels-last max-pool whose windows tile the input (tiles()) only: dx
-  // written rounded to bf16, for an emulated bf16 convolution before it that would round it.
+  // dx written rounded to bf16, for an emulated bf16 convolution before it that would round it:
+  // the average pool with any window, the max-pool channels last with windows that tile only.
   bool dxRounded = false;
   int oh() const { return (h + 2 * pad - k) / stride + 1; }
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
@@ -142,12 +142,20 @@ void maxPoolNhwcForward(float* y, std::uint16_t* code, const float* x, const Poo
 // dy [n, oh, ow, c] or [n, c/16, oh, ow, 16] -> dx [n, h, w, c] or [n, c/16, h, w, 16]
 void maxPoolNhwcBackward(float* dx, const float* dy, const std::uint16_t* code, const PoolGeom& g);
 
-// x [n, c, h, w] -> y [n, c, oh, ow]; padding counts in the divisor (PyTorch's default)
-void avgPool2dForward(float* y, const float* x, const PoolGeom& g);
-void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g);
-// The same with x, y, dy, dx stored channels last (g.nhwc): the same bits.
-void avgPoolNhwcForward(float* y, const float* x, const PoolGeom& g);
-void avgPoolNhwcBackward(float* dx, const float* dy, const PoolGeom& g);
+// Average pool: x [n, c, h, w] -> y [n, c, oh, ow], or x, y, dy, dx all channels last (g.nhwc),
+// the same bits either way; padding counts in the divisor (PyTorch's default). Each window sums
+// in rows, then columns, from +0, and divides once (ops_pool_avg.cpp).
+struct AvgPoolFusion {
+  bool relu = false;     // a ReLU before the pool: it pools relu(x), the ReLU's own pass saved
+  bool roundY = false;   // y rounded to bf16, for a next layer that would round it
+};
+void avgPool2dForward(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f = {});
+// dy -> dx. reluInput (the forward's x when f.relu): dx only where x > 0, the ReLU's backward
+// folded in. g.dxRounded: dx rounded to bf16 (any window shape). The bits of the separate passes.
+void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g, const float* reluInput = nullptr);
+// The channels-last loops a CPU without AVX-512 runs, whatever this one has (for the tests).
+void avgPoolNhwcForwardPortable(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f = {});
+void avgPoolNhwcBackwardPortable(float* dx, const float* dy, const PoolGeom& g, const float* reluInput = nullptr);
 // x [n, c, h, w] -> y [n, c, oh, ow]; window i covers [floor(i*h/oh), ceil((i+1)*h/oh))
 void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow);
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,

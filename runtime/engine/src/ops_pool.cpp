@@ -1,4 +1,4 @@
-// ops_pool.cpp: max-pool, average-pool and adaptive average-pool, forward and backward.
+// ops_pool.cpp: max-pool and adaptive average-pool (NCHW), forward and backward; the shared checks.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -134,89 +134,6 @@ void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, c
     float* d = dx + pl * g.h * g.w;
     for (std::size_t i = 0, o = pl * plane; i < plane; ++i, ++o)
       if (!relu || relu[o] > 0.f) d[argmax[o]] += dy[o];
-  }
-}
-
-namespace {
-// Visits every output window of an average pool with its clipped bounds and divisor.
-template <class F>
-void forEachAvgWindow(const PoolGeom& g, F&& f) {
-  const int oh = g.oh(), ow = g.ow();
-  for (int oy = 0; oy < oh; ++oy)
-    for (int ox = 0; ox < ow; ++ox) {
-      int y0 = oy * g.stride - g.pad, x0 = ox * g.stride - g.pad;
-      int y1 = std::min(y0 + g.k, g.h + g.pad), x1 = std::min(x0 + g.k, g.w + g.pad);
-      float div = static_cast<float>((y1 - y0) * (x1 - x0));
-      f(oy * ow + ox, std::max(y0, 0), std::min(y1, g.h), std::max(x0, 0), std::min(x1, g.w), div);
-    }
-}
-}  // namespace
-
-void avgPool2dForward(float* y, const float* x, const PoolGeom& g) {
-  checkPool(g, "average-pool");
-  const std::size_t oplane = static_cast<std::size_t>(g.oh()) * g.ow();
-  for (std::size_t pl = 0; pl < static_cast<std::size_t>(g.n) * g.c; ++pl) {
-    const float* in = x + pl * g.h * g.w;
-    float* out = y + pl * oplane;
-    forEachAvgWindow(g, [&](int o, int y0, int y1, int x0, int x1, float div) {
-      float s = 0.f;
-      for (int iy = y0; iy < y1; ++iy)
-        for (int ix = x0; ix < x1; ++ix) s += in[iy * g.w + ix];
-      out[o] = s / div;
-    });
-  }
-}
-
-void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g) {
-  const std::size_t oplane = static_cast<std::size_t>(g.oh()) * g.ow();
-  std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.c * g.h * g.w * sizeof(float));
-  for (std::size_t pl = 0; pl < static_cast<std::size_t>(g.n) * g.c; ++pl) {
-    float* d = dx + pl * g.h * g.w;
-    const float* up = dy + pl * oplane;
-    forEachAvgWindow(g, [&](int o, int y0, int y1, int x0, int x1, float div) {
-      float v = up[o] / div;
-      for (int iy = y0; iy < y1; ++iy)
-        for (int ix = x0; ix < x1; ++ix) d[iy * g.w + ix] += v;
-    });
-  }
-}
-
-// Channels last, x [n, h, w, c] -> y [n, oh, ow, c]: every channel sums its window in the
-// order avgPool2dForward does (rows, then columns, from 0) and divides once: the same bits,
-// with no transposes around the pool. (Compiled for the baseline: at LeNet-5's 6 and 16
-// channels, AVX-512 clones of these loops measured slower.)
-void avgPoolNhwcForward(float* y, const float* x, const PoolGeom& g) {
-  checkPool(g, "average-pool");
-  const std::size_t c = g.c, ohw = static_cast<std::size_t>(g.oh()) * g.ow();
-  for (std::size_t im = 0; im < static_cast<std::size_t>(g.n); ++im) {
-    const float* in = x + im * g.h * g.w * c;
-    forEachAvgWindow(g, [&](int o, int y0, int y1, int x0, int x1, float div) {
-      float* out = y + (im * ohw + o) * c;
-      std::fill(out, out + c, 0.f);
-      for (int iy = y0; iy < y1; ++iy)
-        for (int ix = x0; ix < x1; ++ix) {
-          const float* v = in + (static_cast<std::size_t>(iy) * g.w + ix) * c;
-          for (std::size_t k = 0; k < c; ++k) out[k] += v[k];
-        }
-      for (std::size_t k = 0; k < c; ++k) out[k] /= div;
-    });
-  }
-}
-
-// Channels last, dy [n, oh, ow, c] -> dx [n, h, w, c]: avgPool2dBackward's sums, per channel.
-void avgPoolNhwcBackward(float* dx, const float* dy, const PoolGeom& g) {
-  const std::size_t c = g.c, ohw = static_cast<std::size_t>(g.oh()) * g.ow();
-  std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.h * g.w * c * sizeof(float));
-  for (std::size_t im = 0; im < static_cast<std::size_t>(g.n); ++im) {
-    float* d = dx + im * g.h * g.w * c;
-    forEachAvgWindow(g, [&](int o, int y0, int y1, int x0, int x1, float div) {
-      const float* up = dy + (im * ohw + o) * c;
-      for (int iy = y0; iy < y1; ++iy)
-        for (int ix = x0; ix < x1; ++ix) {
-          float* t = d + (static_cast<std::size_t>(iy) * g.w + ix) * c;
-          for (std::size_t k = 0; k < c; ++k) t[k] += up[k] / div;
-        }
-    });
   }
 }
 

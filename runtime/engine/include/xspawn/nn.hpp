@@ -55,7 +55,8 @@ class Module {
   void setNeedInputGrad(bool v) { needInputGrad_ = v; }
   // Fusion of a ReLU into the module after it (Sequential::build calls fuseWithNext on each
   // module): a ReLU asks `next` to take over its work (absorbReluBefore: max-pool, as
-  // relu(max(x)) = max(relu(x)) and its gradient goes only where the pooled value is positive);
+  // relu(max(x)) = max(relu(x)) and its gradient goes only where the pooled value is positive;
+  // average pool, which pools relu(x) as it reads x and passes its gradient where x > 0);
   // if it does, the ReLU passes x and dy through.
   // Sequential::build calls it from the last module to the first, so that `next` has already
   // met its own next when asked.

@@ -1,0 +1,326 @@
+// ops_pool_avg.cpp: the average pool, NCHW or channels last, with a ReLU before it and bf16
+// rounding of its output or gradient fused in. Every layout and path sums a window's pixels in
+// the same order (rows, then columns, from +0) and divides once, so all give the same bits as
+// the separate ReLU, pool and rounding passes. Channels last, AVX-512 takes a whole window's
+// channels per vector, the last ones masked (LeNet-5's 6 and 16 channels fill one vector).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "xspawn/error.hpp"
+#include "gemm.hpp"
+#include "ops.hpp"
+
+namespace xs::engine {
+
+namespace {
+
+// One output window, clipped to the input: rows [y0, y1), columns [x0, x1), and its divisor,
+// which counts the padding (PyTorch's count_include_pad).
+struct AvgWindow {
+  int y0, y1, x0, x1;
+  float div;
+  bool pow2;  // div a power of two: multiplying by 1 / div gives the quotient's bits
+  AvgWindow(const PoolGeom& g, int oy, int ox) {
+    const int wy = oy * g.stride - g.pad, wx = ox * g.stride - g.pad;
+    const int ey = std::min(wy + g.k, g.h + g.pad), ex = std::min(wx + g.k, g.w + g.pad);
+    const int count = (ey - wy) * (ex - wx);
+    y0 = std::max(wy, 0), y1 = std::min(ey, g.h), x0 = std::max(wx, 0), x1 = std::min(ex, g.w);
+    div = static_cast<float>(count);
+    pow2 = std::has_single_bit(static_cast<unsigned>(count));
+  }
+};
+
+inline float relu(float v) { return v > 0.f ? v : 0.f; }  // reluForward's: NaN and -0 give +0
+
+// dx = relu's backward (x > 0, else +0) and rounding, as the separate passes would apply them to
+// a pool's gradient in dx: one pass over dx after windows that overlap or pad.
+void finishGradient(float* dx, std::size_t count, const float* reluInput, bool round) {
+  if (reluInput && round) reluBackwardRoundedToBf16(dx, dx, reluInput, count);  // x > 0 iff relu(x) > 0
+  else if (reluInput) reluBackward(dx, dx, reluInput, count);
+  else if (round) roundToBf16(dx, dx, count);
+}
+
+// ---- NCHW: one plane at a time ----------------------------------------------------------------
+
+void nchwForward(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
+  const int oh = g.oh(), ow = g.ow();
+  for (std::size_t pl = 0; pl < static_cast<std::size_t>(g.n) * g.c; ++pl) {
+    const float* in = x + pl * g.h * g.w;
+    float* out = y + pl * oh * ow;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const AvgWindow win(g, oy, ox);
+        float s = 0.f;
+        for (int iy = win.y0; iy < win.y1; ++iy)
+          for (int ix = win.x0; ix < win.x1; ++ix) s += f.relu ? relu(in[iy * g.w + ix]) : in[iy * g.w + ix];
+        out[oy * ow + ox] = f.roundY ? roundToBf16(s / win.div) : s / win.div;
+      }
+  }
+}
+
+void nchwBackward(float* dx, const float* dy, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow();
+  std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.c * g.h * g.w * sizeof(float));
+  for (std::size_t pl = 0; pl < static_cast<std::size_t>(g.n) * g.c; ++pl) {
+    float* d = dx + pl * g.h * g.w;
+    const float* up = dy + pl * oh * ow;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const AvgWindow win(g, oy, ox);
+        const float v = up[oy * ow + ox] / win.div;
+        for (int iy = win.y0; iy < win.y1; ++iy)
+          for (int ix = win.x0; ix < win.x1; ++ix) d[iy * g.w + ix] += v;
+      }
+  }
+}
+
+// ---- channels last, portable: 16 channels at a time in a local sum ----------------------------
+
+constexpr int kLanes = 16;
+
+void nhwcForwardLoops(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  for (int n = 0; n < g.n; ++n) {
+    const float* img = x + static_cast<std::size_t>(n) * g.h * g.w * c;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const AvgWindow win(g, oy, ox);
+        float* out = y + ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
+        for (int j = 0; j < c; j += kLanes) {
+          const int lanes = std::min(kLanes, c - j);
+          float s[kLanes] = {};
+          for (int iy = win.y0; iy < win.y1; ++iy)
+            for (int ix = win.x0; ix < win.x1; ++ix) {
+              const float* p = img + (static_cast<std::size_t>(iy) * g.w + ix) * c + j;
+              for (int l = 0; l < lanes; ++l) s[l] += f.relu ? relu(p[l]) : p[l];
+            }
+          for (int l = 0; l < lanes; ++l) out[j + l] = f.roundY ? roundToBf16(s[l] / win.div) : s[l] / win.div;
+        }
+      }
+  }
+}
+
+// Adds each window's dy / div into dx (zeroed first), windows in the NCHW kernel's order.
+void nhwcBackwardLoops(float* dx, const float* dy, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.h * g.w * c * sizeof(float));
+  for (int n = 0; n < g.n; ++n) {
+    float* img = dx + static_cast<std::size_t>(n) * g.h * g.w * c;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const AvgWindow win(g, oy, ox);
+        const float* up = dy + ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
+        for (int iy = win.y0; iy < win.y1; ++iy)
+          for (int ix = win.x0; ix < win.x1; ++ix) {
+            float* d = img + (static_cast<std::size_t>(iy) * g.w + ix) * c;
+            for (int j = 0; j < c; ++j) d[j] += up[j] / win.div;
+          }
+      }
+  }
+}
+
+// ---- channels last, AVX-512: a window's channels in vectors of 16, the last one masked ---------
+
+#define XS_AVX512 __attribute__((target("avx512f")))
+
+XS_AVX512 inline __mmask16 lanesMask(int lanes) {
+  return lanes >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << lanes) - 1);
+}
+
+// bf16RoundedBits (gemm.hpp) on 16 lanes: nearest, ties to even; a NaN stays a quiet NaN.
+XS_AVX512 inline __m512 roundBf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));  // the kept part's last bit
+  const __m512i half = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+  const __m512i rounded = _mm512_and_si512(_mm512_mask_add_epi32(half, odd, half, _mm512_set1_epi32(1)), hi);
+  const __m512i quiet = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+// s / div with the division's bits (a multiply where div is a power of two).
+XS_AVX512 inline __m512 quotient(__m512 s, const AvgWindow& win) {
+  return win.pow2 ? _mm512_mul_ps(s, _mm512_set1_ps(1.f / win.div)) : _mm512_div_ps(s, _mm512_set1_ps(win.div));
+}
+
+// K: 0, or the window of a pool whose windows tile the input (k == stride == K, no padding),
+// whose loops then unroll, with one divisor for all.
+template <int K>
+inline AvgWindow windowAt(const PoolGeom& g, int oy, int ox) {
+  return AvgWindow(g, K ? 0 : oy, K ? 0 : ox);
+}
+template <int K>
+inline int origin(int o, int clipped) {
+  return K ? o * K : clipped;
+}
+
+template <int K, bool kRelu, bool kRound>
+XS_AVX512 void forwardAvx512(float* y, const float* x, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int n = 0; n < g.n; ++n) {
+    const float* img = x + static_cast<std::size_t>(n) * g.h * g.w * c;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const AvgWindow win = windowAt<K>(g, oy, ox);
+        const int y0 = origin<K>(oy, win.y0), y1 = K ? y0 + K : win.y1;
+        const int x0 = origin<K>(ox, win.x0), x1 = K ? x0 + K : win.x1;
+        float* out = y + ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
+        for (int j = 0; j < c; j += kLanes) {
+          const __mmask16 m = lanesMask(c - j);
+          __m512 s = zero;
+          for (int iy = y0; iy < y1; ++iy)
+            for (int ix = x0; ix < x1; ++ix) {
+              __m512 v = _mm512_maskz_loadu_ps(m, img + (static_cast<std::size_t>(iy) * g.w + ix) * c + j);
+              if constexpr (kRelu) v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v);  // v > 0 ? v : +0
+              s = _mm512_add_ps(s, v);
+            }
+          __m512 r = quotient(s, win);
+          if constexpr (kRound) r = roundBf16(r);
+          _mm512_mask_storeu_ps(out + j, m, r);
+        }
+      }
+  }
+}
+
+// Windows that tile the input: each pixel takes its window's 0 + dy / div once, or +0 where the
+// fused ReLU's input was not positive, rounded if asked; pixels no window covers take +0.
+template <int K, bool kRelu, bool kRound>
+XS_AVX512 void tiledBackwardAvx512(float* dx, const float* dy, const float* x, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::size_t row = static_cast<std::size_t>(g.w) * c;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int n = 0; n < g.n; ++n) {
+    const std::size_t image = static_cast<std::size_t>(n) * g.h * row;
+    for (int iy = 0; iy < g.h; ++iy) {  // the rows and columns past the last whole window
+      const int from = iy < oh * g.k ? ow * g.k : 0;
+      std::memset(dx + image + iy * row + static_cast<std::size_t>(from) * c, 0, (g.w - from) * c * sizeof(float));
+    }
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const AvgWindow win = windowAt<K>(g, oy, ox);
+        const int y0 = origin<K>(oy, win.y0), y1 = K ? y0 + K : win.y1;
+        const int x0 = origin<K>(ox, win.x0), x1 = K ? x0 + K : win.x1;
+        const float* up = dy + ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
+        for (int j = 0; j < c; j += kLanes) {
+          const __mmask16 m = lanesMask(c - j);
+          __m512 grad = _mm512_add_ps(zero, quotient(_mm512_maskz_loadu_ps(m, up + j), win));
+          if constexpr (kRound) grad = roundBf16(grad);  // before the mask: round(+0) is +0
+          for (int iy = y0; iy < y1; ++iy)
+            for (int ix = x0; ix < x1; ++ix) {
+              const std::size_t p = image + iy * row + static_cast<std::size_t>(ix) * c + j;
+              __m512 v = grad;
+              if constexpr (kRelu)
+                v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, x + p), zero, _CMP_GT_OQ), grad);
+              _mm512_mask_storeu_ps(dx + p, m, v);
+            }
+        }
+      }
+  }
+}
+
+// Windows that overlap or pad: each adds its dy / div into dx (zeroed first).
+XS_AVX512 void addBackwardAvx512(float* dx, const float* dy, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::size_t row = static_cast<std::size_t>(g.w) * c;
+  std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.h * row * sizeof(float));
+  for (int n = 0; n < g.n; ++n) {
+    float* img = dx + static_cast<std::size_t>(n) * g.h * row;
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const AvgWindow win(g, oy, ox);
+        const float* up = dy + ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
+        for (int j = 0; j < c; j += kLanes) {
+          const __mmask16 m = lanesMask(c - j);
+          const __m512 grad = quotient(_mm512_maskz_loadu_ps(m, up + j), win);
+          for (int iy = win.y0; iy < win.y1; ++iy)
+            for (int ix = win.x0; ix < win.x1; ++ix) {
+              float* d = img + iy * row + static_cast<std::size_t>(ix) * c + j;
+              _mm512_mask_storeu_ps(d, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, d), grad));
+            }
+        }
+      }
+  }
+}
+
+#undef XS_AVX512
+
+bool hasAvx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+}
+
+template <int K>
+void forwardAvx512(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
+  if (f.relu && f.roundY) forwardAvx512<K, true, true>(y, x, g);
+  else if (f.relu) forwardAvx512<K, true, false>(y, x, g);
+  else if (f.roundY) forwardAvx512<K, false, true>(y, x, g);
+  else forwardAvx512<K, false, false>(y, x, g);
+}
+void nhwcForwardAvx512(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
+  if (g.tiles() && g.k == 2) forwardAvx512<2>(y, x, g, f);  // LeNet-5's
+  else forwardAvx512<0>(y, x, g, f);
+}
+
+template <int K>
+void tiledBackwardAvx512(float* dx, const float* dy, const PoolGeom& g, const float* reluInput) {
+  if (reluInput && g.dxRounded) tiledBackwardAvx512<K, true, true>(dx, dy, reluInput, g);
+  else if (reluInput) tiledBackwardAvx512<K, true, false>(dx, dy, reluInput, g);
+  else if (g.dxRounded) tiledBackwardAvx512<K, false, true>(dx, dy, nullptr, g);
+  else tiledBackwardAvx512<K, false, false>(dx, dy, nullptr, g);
+}
+
+void nhwcBackwardAvx512(float* dx, const float* dy, const PoolGeom& g, const float* reluInput) {
+  if (!g.tiles()) {
+    addBackwardAvx512(dx, dy, g);
+    return finishGradient(dx, static_cast<std::size_t>(g.n) * g.h * g.w * g.c, reluInput, g.dxRounded);
+  }
+  if (g.k == 2) tiledBackwardAvx512<2>(dx, dy, g, reluInput);
+  else tiledBackwardAvx512<0>(dx, dy, g, reluInput);
+}
+
+void checkAvgPool(const PoolGeom& g) {
+  checkPool(g, "average-pool");
+  XS_CHECK(!(g.dyBlocked || g.dxBlocked), ShapeError,
+           "average-pool: gradients in channel blocks of 16 are a max-pool's; the average pool takes them "
+           "channels last (g.nhwc) or NCHW");
+}
+void checkPortable(const PoolGeom& g) {
+  checkAvgPool(g);
+  XS_CHECK(g.nhwc, ShapeError, "average-pool: the portable loops are the channels-last ones: set g.nhwc");
+}
+
+}  // namespace
+
+void avgPool2dForward(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
+  checkAvgPool(g);
+  if (!g.nhwc) nchwForward(y, x, g, f);
+  else if (hasAvx512()) nhwcForwardAvx512(y, x, g, f);
+  else nhwcForwardLoops(y, x, g, f);
+}
+
+void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g, const float* reluInput) {
+  checkAvgPool(g);
+  if (g.nhwc && hasAvx512()) return nhwcBackwardAvx512(dx, dy, g, reluInput);
+  if (g.nhwc) nhwcBackwardLoops(dx, dy, g);
+  else nchwBackward(dx, dy, g);
+  finishGradient(dx, static_cast<std::size_t>(g.n) * g.c * g.h * g.w, reluInput, g.dxRounded);
+}
+
+void avgPoolNhwcForwardPortable(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
+  checkPortable(g);
+  nhwcForwardLoops(y, x, g, f);
+}
+
+void avgPoolNhwcBackwardPortable(float* dx, const float* dy, const PoolGeom& g, const float* reluInput) {
+  checkPortable(g);
+  nhwcBackwardLoops(dx, dy, g);
+  finishGradient(dx, static_cast<std::size_t>(g.n) * g.c * g.h * g.w, reluInput, g.dxRounded);
+}
+
+}  // namespace xs::engine
