@@ -15,6 +15,7 @@
 #include "xspawn/models.hpp"
 #include "ops.hpp"
 #include "xspawn/engine/model.hpp"
+#include "xspawn/nn.hpp"
 #include "xspawn/optim.hpp"
 
 namespace xs::engine {
@@ -215,6 +216,60 @@ TEST(Model, ZeroGradThenBackwardOverwritesAndASecondBackwardAdds) {
     expectOverwriteThenAdd("alexnet", 63, 2, p);  // small maps: the channels-last GEMM path
     expectOverwriteThenAdd("resnet18", 16, 4, p); // batch-norm adds through grad()
   }
+}
+
+// Counts its backward calls and passes x and dy through; with a parameter (never read) it is
+// a module whose backward must run.
+class CountingPassThrough : public nn::Module {
+ public:
+  CountingPassThrough(int* calls, bool param) : calls_(calls), param_(param) {}
+  Shape build(const Shape& in, const std::string& prefix, nn::BuildInfo& info) override {
+    if (param_) info.params.add(prefix + ".unused", Shape{1}, Init::kZeros);
+    return in;
+  }
+  const Tensor& forward(const Tensor& x, nn::Context&) override { return x; }
+  const Tensor& backward(const Tensor& dy, nn::Context&) override {
+    ++*calls_;
+    return dy;
+  }
+
+ private:
+  int* calls_;
+  bool param_;
+};
+
+// Leading modules without parameters (here a pass-through and a flatten, as the MLP's) need no
+// backward when nothing reads the input's gradient, and the first linear no input gradient:
+// the same weights as when the first module holds a parameter and every backward runs.
+TEST(Model, LeadingModulesWithoutParametersSkipTheirBackward) {
+  auto trained = [](bool param, int* calls) {
+    auto net = std::make_unique<nn::Sequential>();
+    net->add("lead", std::make_unique<CountingPassThrough>(calls, param))
+        .add("flatten", nn::Flatten()).add("fc1", nn::Linear(0, 32)).add("relu", nn::ReLU())
+        .add("fc2", nn::Linear(32, 10));
+    Device dev;
+    Model model(dev, {std::move(net), Shape{1, 6, 6}, 10, "net"}, 5);
+    auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.05f, 0.9f});
+    auto x = test::pattern(8 * model.inputShape().numel(), 13);
+    std::vector<std::int32_t> y(8);
+    for (int i = 0; i < 8; ++i) y[i] = (i * 3) % 10;
+    for (int s = 0; s < 3; ++s) {
+      model.trainStep(x.data(), y.data(), 8);
+      opt->step();
+    }
+    std::vector<std::vector<float>> weights;  // every view but the unused parameter, in order
+    const ParamStore& ps = model.params();
+    for (std::size_t i = 0; i < ps.views().size(); ++i)
+      if (ps.views()[i].name != "lead.unused") weights.emplace_back(ps.value(i), ps.value(i) + ps.views()[i].count);
+    return weights;
+  };
+  int skipped = 0, run = 0;
+  const auto a = trained(false, &skipped), b = trained(true, &run);
+  EXPECT_EQ(skipped, 0);
+  EXPECT_EQ(run, 3);
+  ASSERT_EQ(a.size(), 4u);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float))) << "view " << i;
 }
 
 TEST(ParamStore, ZeroGradMarksAndAnUnsetViewReadsAsZeros) {

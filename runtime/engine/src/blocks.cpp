@@ -13,13 +13,21 @@ Sequential& Sequential::add(std::string name, ModulePtr m) {
 }
 
 Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& info) {
+  // When nothing reads this Sequential's input gradient, nothing reads that of its leading
+  // modules without parameters (a flatten, a pool) either: their backward is skipped, and the
+  // first module with parameters computes no input gradient (the MLP's fc1 after its flatten: a
+  // 784-wide product a step that PyTorch does not compute either).
   Shape s = in;
-  bool first = true;
-  for (auto& [name, m] : children_) {
-    if (first) m->setNeedInputGrad(needInputGrad_);
-    m->setChained(!first);
-    first = false;
+  bool leading = !needInputGrad_;
+  firstBackward_ = 0;
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    auto& [name, m] = children_[i];
+    if (i == 0 || leading) m->setNeedInputGrad(!leading);
+    m->setChained(i > 0);
+    const std::size_t views = info.params.views().size();
     s = m->build(s, prefix.empty() ? name : prefix + "." + name, info);
+    if (leading && info.params.views().size() == views) firstBackward_ = i + 1;
+    else leading = false;
   }
   // ReLU then a max- or average pool: the pool does both (saves the ReLU's two full passes over the map).
   // Last to first: a module asks its next about the next's own next (roundsInputToBf16).
@@ -36,8 +44,8 @@ const Tensor& Sequential::forward(const Tensor& x, Context& ctx) {
 
 const Tensor& Sequential::backward(const Tensor& dy, Context& ctx) {
   const Tensor* t = &dy;
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it) t = &it->second->backward(*t, ctx);
-  return *t;
+  for (std::size_t i = children_.size(); i-- > firstBackward_;) t = &children_[i].second->backward(*t, ctx);
+  return firstBackward_ > 0 ? dx_ : *t;  // dx_ stays empty: nobody reads it
 }
 
 }  // namespace xs::nn

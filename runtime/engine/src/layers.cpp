@@ -404,6 +404,7 @@ class Flatten : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    if (!needInputGrad_) return dx_;  // the first layer (the MLP's): nobody reads the images' gradient
     dx_.ensure(ctx.dev, in_, "activation gradients");
     dx_.setLayout(nhwc_ ? Layout::kNhwc : Layout::kNchw);
     if (nhwc_) nchwToNhwc(dx_.data(), dy.data(), in_[0], in_[1], in_[2] * in_[3]);

@@ -48,7 +48,8 @@ class Module {
  public:
   virtual ~Module() = default;
   // Registers parameters under prefix; in is the per-sample shape [c, h, w] or [f]; returns
-  // the per-sample output shape. needInputGrad false skips dx (the first layer).
+  // the per-sample output shape. needInputGrad false skips dx: Sequential::build sets it on its
+  // first module, and on its first with parameters when the ones before it have none.
   virtual Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) = 0;
   virtual const Tensor& forward(const Tensor& x, Context& ctx) = 0;
   virtual const Tensor& backward(const Tensor& dy, Context& ctx) = 0;
@@ -89,6 +90,7 @@ class Sequential : public Module {
 
  private:
   std::vector<std::pair<std::string, ModulePtr>> children_;
+  std::size_t firstBackward_ = 0;  // leading children whose backward nobody needs (build)
 };
 
 // The layers, named and parameterised as in torch.nn (padding is symmetric, in pixels). Each
