@@ -247,14 +247,7 @@ std::vector<float> trainedWeights(Precision p, Shape input, bool opaque, Build b
   build(*net, opaque);
   Device dev(p == Precision::kBf16 ? bf16Options() : DeviceOptions{});
   Model model(dev, {std::move(net), input, 10, "net"}, 5);
-  auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.05f, 0.9f});
-  auto x = test::pattern(8 * model.inputShape().numel(), 13);
-  std::vector<std::int32_t> y(8);
-  for (int i = 0; i < 8; ++i) y[i] = (i * 3) % 10;
-  for (int s = 0; s < 3; ++s) {
-    model.trainStep(x.data(), y.data(), 8);
-    opt->step();
-  }
+  test::trainThreeSteps(model, dev);
   return {model.params().values(), model.params().values() + model.params().size()};
 }
 

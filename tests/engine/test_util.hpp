@@ -11,6 +11,7 @@
 #include "rng.hpp"
 #include "xspawn/engine/model.hpp"
 #include "xspawn/models.hpp"
+#include "xspawn/optim.hpp"
 
 namespace xs::engine::test {
 
@@ -44,6 +45,18 @@ inline void expectGradient(const std::string& what, std::vector<float>& var,
     double numeric = (up - down) / (2.0 * h);
     EXPECT_NEAR(grad[i], numeric, tol * (1.0 + std::fabs(numeric)))
         << what << " entry " << i << " of " << var.size();
+  }
+}
+
+// 3 steps of SGD with momentum at batch 8 on fixed data (the model's input shape, 10 classes).
+inline void trainThreeSteps(Model& model, Device& dev) {
+  auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.05f, 0.9f});
+  auto x = pattern(8 * model.inputShape().numel(), 13);
+  std::vector<std::int32_t> y(8);
+  for (int i = 0; i < 8; ++i) y[i] = (i * 3) % 10;
+  for (int s = 0; s < 3; ++s) {
+    model.trainStep(x.data(), y.data(), 8);
+    opt->step();
   }
 }
 
