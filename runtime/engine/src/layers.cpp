@@ -398,13 +398,16 @@ class Flatten : public Module {
     nhwc_ = x.layout() == Layout::kNhwc;
     y_.ensure(ctx.dev, Shape{B, static_cast<int>(x.shape().perSample())}, "activations");
     // Features in PyTorch's [c, h, w] order whatever the layout: the linear weights expect it.
+    // Emulated bf16: the copy rounds, for the next layer that would round (the MLP's images).
+    const bool round = !nhwc_ && nextRounds_ && !x.bf16Values() && emulatesBf16(ctx.dev);
     if (nhwc_) nhwcToNchw(y_.data(), x.data(), B, in_[1], in_[2] * in_[3]);
+    else if (round) roundToBf16(x.data(), y_.data(), x.numel());
     else std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));
-    y_.setBf16Values(x.bf16Values());  // the same values, moved
+    y_.setBf16Values(x.bf16Values() || round);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    if (!needInputGrad_) return dx_;  // the first layer (the MLP's): nobody reads the images' gradient
+    if (!needInputGrad_) return dx_;  // nobody reads the input's gradient
     dx_.ensure(ctx.dev, in_, "activation gradients");
     dx_.setLayout(nhwc_ ? Layout::kNhwc : Layout::kNchw);
     if (nhwc_) nchwToNhwc(dx_.data(), dy.data(), in_[0], in_[1], in_[2] * in_[3]);
