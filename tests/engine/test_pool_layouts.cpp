@@ -7,6 +7,7 @@
 // Every average-pool path (layouts, fused ReLU and rounding) against the separate passes.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -270,7 +271,9 @@ struct SeparateAvg {
     if (f.relu) reluForward(rx.data(), x.data(), x.size());
     avgPool2dForward(y.data(), rx.data(), g);
     if (f.roundY) roundToBf16(y.data(), y.data(), y.size());
-    avgPool2dBackward(dPool.data(), dy.data(), g);
+    PoolGeom plain = g;  // the pool's own backward, unrounded
+    plain.dxRounded = false;
+    avgPool2dBackward(dPool.data(), dy.data(), plain);
     if (f.relu && roundDx) reluBackwardRoundedToBf16(dx.data(), dPool.data(), rx.data(), x.size());
     else if (f.relu) reluBackward(dx.data(), dPool.data(), rx.data(), x.size());
     else if (roundDx) roundToBf16(dPool.data(), dx.data(), x.size());
@@ -282,10 +285,12 @@ struct SeparateAvg {
 // (AVX-512 where the CPU has it, and the portable loops), with and without the fused ReLU and
 // the bf16 rounding of y and of dx, over LeNet-5's shapes, padded and overlapping windows, a
 // channel count past one vector and pixels no window covers; values whose sums round
-// differently in another order, negatives, -0 and a NaN.
+// differently in another order, negatives, -0 and a NaN with a payload.
 TEST(PoolLayouts, EveryAveragePoolPathMatchesTheSeparatePassesBitForBit) {
-  const Case cases[] = {{6, 28, 28, 2, 2, 0}, {16, 10, 10, 2, 2, 0}, {5, 9, 7, 3, 2, 1},
-                        {17, 8, 8, 3, 1, 1},  {33, 7, 9, 2, 2, 0},   {3, 7, 7, 3, 3, 0}};
+  // The last two divide by 4 (a power of two: a multiply) on windows that overlap (stride 1)
+  // and on windows clipped by the padding (which the divisor counts).
+  const Case cases[] = {{6, 28, 28, 2, 2, 0}, {16, 10, 10, 2, 2, 0}, {5, 9, 7, 3, 2, 1}, {17, 8, 8, 3, 1, 1},
+                        {33, 7, 9, 2, 2, 0},  {3, 7, 7, 3, 3, 0},    {4, 6, 5, 2, 1, 0}, {3, 5, 5, 2, 2, 1}};
   for (const Case& cs : cases)
     for (int fusion = 0; fusion < 8; ++fusion) {
       const AvgPoolFusion f{.relu = (fusion & 1) != 0, .roundY = (fusion & 2) != 0};
@@ -296,7 +301,9 @@ TEST(PoolLayouts, EveryAveragePoolPathMatchesTheSeparatePassesBitForBit) {
       std::vector<float> x(nx), dy(ny);
       for (std::size_t i = 0; i < nx; ++i) x[i] = std::sin(0.731f * static_cast<float>(i)) * 3.1f;
       for (std::size_t i = 0; i < ny; ++i) dy[i] = std::cos(0.413f * static_cast<float>(i)) * 1.7f;
-      x[nx / 5] = -0.f, x[nx / 3] = std::numeric_limits<float>::quiet_NaN(), dy[ny / 4] = -0.f;
+      // A NaN whose payload the rounding must keep (without its NaN rule it would round to -0).
+      const float payloadNan = std::bit_cast<float>(0x7fffffffu);
+      x[nx / 5] = -0.f, x[nx / 3] = payloadNan, dy[ny / 4] = -0.f, dy[ny / 2] = payloadNan;
       const SeparateAvg want(x, dy, g, f, g.dxRounded);
       const std::string what = std::to_string(cs.c) + "x" + std::to_string(cs.h) + "x" + std::to_string(cs.w) +
                                " k" + std::to_string(cs.k) + " s" + std::to_string(cs.stride) + " fusion " +

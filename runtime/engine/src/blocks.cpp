@@ -15,8 +15,8 @@ Sequential& Sequential::add(std::string name, ModulePtr m) {
 Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& info) {
   // When nothing reads this Sequential's input gradient, nothing reads that of its leading
   // modules without parameters (a flatten, a pool) either: their backward is skipped, and the
-  // first module with parameters computes no input gradient (the MLP's fc1 after its flatten: a
-  // 784-wide product a step that PyTorch does not compute either).
+  // first module with parameters computes no input gradient. (The MLP's fc1, after its flatten,
+  // would otherwise compute a 784-wide input gradient each step; PyTorch skips it too.)
   Shape s = in;
   bool leading = !needInputGrad_;
   firstBackward_ = 0;
@@ -29,7 +29,7 @@ Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& i
     if (leading && info.params.views().size() == views) firstBackward_ = i + 1;
     else leading = false;
   }
-  // ReLU then a max- or average pool: the pool does both (saves the ReLU's two full passes over the map).
+  // ReLU then a max- or average pool: the pool does both (saves the ReLU's two passes over the map).
   // Last to first: a module asks its next about the next's own next (roundsInputToBf16).
   for (std::size_t i = children_.size(); i-- > 1;)
     children_[i - 1].second->fuseWithNext(*children_[i].second);

@@ -268,7 +268,7 @@ class Relu : public Module {
     nextRounds_ = next.roundsInputToBf16();
   }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
-    if (passThrough_) return x;  // the max-pool after it applies the ReLU
+    if (passThrough_) return x;  // the pool after it applies the ReLU
     y_.ensure(ctx.dev, x.shape(), "activations");
     y_.setLayout(x.layout());
     // Emulated bf16: rounded in this pass when the next layer would round y, and dx rounded
@@ -281,7 +281,7 @@ class Relu : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    if (passThrough_) return dy;  // the max-pool already kept only the positive positions
+    if (passThrough_) return dy;  // the pool after it already passed only the positive positions
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
     dx_.setLayout(dy.layout());
     if (roundDx_) reluBackwardRoundedToBf16(dx_.data(), dy.data(), y_.data(), dy.numel());

@@ -216,7 +216,8 @@ XS_AVX512 void tiledBackwardAvx512(float* dx, const float* dy, const float* x, c
               const std::size_t p = image + iy * row + static_cast<std::size_t>(ix) * c + j;
               __m512 v = grad;
               if constexpr (kRelu)
-                v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, x + p), zero, _CMP_GT_OQ), grad);
+                v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, x + p), zero, _CMP_GT_OQ),
+                                        grad);
               _mm512_mask_storeu_ps(dx + p, m, v);
             }
         }

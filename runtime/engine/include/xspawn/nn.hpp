@@ -49,7 +49,10 @@ class Module {
   virtual ~Module() = default;
   // Registers parameters under prefix; in is the per-sample shape [c, h, w] or [f]; returns
   // the per-sample output shape. needInputGrad false skips dx: Sequential::build sets it on its
-  // first module, and on its first with parameters when the ones before it have none.
+  // first module when nothing reads the Sequential's input gradient (a model's first), and
+  // then also on the modules after it up to the first with parameters. The backward of those
+  // before that one, which register no parameters, is not called at all: a module without
+  // parameters must not rely on its backward running.
   virtual Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) = 0;
   virtual const Tensor& forward(const Tensor& x, Context& ctx) = 0;
   virtual const Tensor& backward(const Tensor& dy, Context& ctx) = 0;
