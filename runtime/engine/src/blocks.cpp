@@ -22,7 +22,7 @@ Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& i
   firstBackward_ = 0;
   for (std::size_t i = 0; i < children_.size(); ++i) {
     auto& [name, m] = children_[i];
-    if (i == 0 || leading) m->setNeedInputGrad(!leading);
+    m->setNeedInputGrad(!leading);
     m->setChained(i > 0);
     const std::size_t views = info.params.views().size();
     s = m->build(s, prefix.empty() ? name : prefix + "." + name, info);

@@ -100,6 +100,14 @@ bool cpuHasBf16() {
   return __builtin_cpu_supports("avx512bf16");
 }
 
+bool cpuHasAvx512() {
+  static const bool avx512 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return avx512;
+}
+
 namespace {
 Bf16Mode autoBf16Mode() {
   __builtin_cpu_init();

@@ -58,6 +58,8 @@ void sgemmOneDnn(bool transA, bool transB, int M, int N, int K, const float* A, 
 
 // True when this CPU has AVX512-BF16 (vdpbf16ps).
 bool cpuHasBf16();
+// True when this CPU has AVX-512 (AVX512F): the kernels written with its intrinsics may run.
+bool cpuHasAvx512();
 
 // How bf16 precision runs. kNative: oneDNN's bf16 kernels (AMX tiles, or vdpbf16ps).
 // kEmulated: the operands are rounded to bf16 and the fp32 kernels run on them. A product of

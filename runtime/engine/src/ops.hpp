@@ -3,6 +3,7 @@
 // gradients (dw, db, dgamma, dbeta: +=) and OVERWRITE input gradients (dx: =).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -112,6 +113,15 @@ struct PoolGeom {
   int oh() const { return (h + 2 * pad - k) / stride + 1; }
   int ow() const { return (w + 2 * pad - k) / stride + 1; }
   bool tiles() const { return k == stride && pad == 0; }  // each input pixel in one window at most
+};
+// One output window: its unclipped origin (oy * stride - pad, ox * stride - pad), the origin of
+// a max-pool's window codes, and the rows and columns [y0, y1) x [x0, x1) of it inside the input.
+struct PoolWindow {
+  int wy, wx, y0, y1, x0, x1;
+  PoolWindow(int oy, int ox, const PoolGeom& g)
+      : wy(oy * g.stride - g.pad), wx(ox * g.stride - g.pad), y0(std::max(wy, 0)),
+        y1(std::min(wy + g.k, g.h)), x0(std::max(wx, 0)), x1(std::min(wx + g.k, g.w)) {}
+  int offset(int iy, int ix, int k) const { return (iy - wy) * k + (ix - wx); }
 };
 // ShapeError naming op unless every size is positive, the padding at most half the window and
 // the window no larger than the padded input.

@@ -17,17 +17,13 @@ namespace xs::engine {
 
 namespace {
 
-// One output window, clipped to the input: rows [y0, y1), columns [x0, x1), and its divisor,
-// which counts the padding (PyTorch's count_include_pad).
-struct AvgWindow {
-  int y0, y1, x0, x1;
+// One output window clipped to the input (PoolWindow), and its divisor, which counts the
+// padding (PyTorch's count_include_pad).
+struct AvgWindow : PoolWindow {
   float div;
   bool pow2;  // div a power of two: multiplying by 1 / div gives the quotient's bits
-  AvgWindow(const PoolGeom& g, int oy, int ox) {
-    const int wy = oy * g.stride - g.pad, wx = ox * g.stride - g.pad;
-    const int ey = std::min(wy + g.k, g.h + g.pad), ex = std::min(wx + g.k, g.w + g.pad);
-    const int count = (ey - wy) * (ex - wx);
-    y0 = std::max(wy, 0), y1 = std::min(ey, g.h), x0 = std::max(wx, 0), x1 = std::min(ex, g.w);
+  AvgWindow(const PoolGeom& g, int oy, int ox) : PoolWindow(oy, ox, g) {
+    const int count = (std::min(wy + g.k, g.h + g.pad) - wy) * (std::min(wx + g.k, g.w + g.pad) - wx);
     div = static_cast<float>(count);
     pow2 = std::has_single_bit(static_cast<unsigned>(count));
   }
@@ -130,17 +126,14 @@ XS_AVX512 inline __mmask16 lanesMask(int lanes) {
   return lanes >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << lanes) - 1);
 }
 
-// bf16RoundedBits (gemm.hpp) on 16 lanes: nearest, ties to even; a NaN stays a quiet NaN.
+// 16 lanes rounded to bf16 by the one rounding rule (gemm.hpp's roundToBf16), which this loop
+// vectorises.
 XS_AVX512 inline __m512 roundBf16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));  // the kept part's last bit
-  const __m512i half = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
-  const __m512i rounded = _mm512_and_si512(_mm512_mask_add_epi32(half, odd, half, _mm512_set1_epi32(1)), hi);
-  const __m512i quiet = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+  alignas(64) float t[kLanes];
+  _mm512_store_ps(t, v);
+#pragma omp simd
+  for (int j = 0; j < kLanes; ++j) t[j] = roundToBf16(t[j]);
+  return _mm512_load_ps(t);
 }
 
 // s / div with the division's bits (a multiply where div is a power of two).
@@ -251,11 +244,6 @@ XS_AVX512 void addBackwardAvx512(float* dx, const float* dy, const PoolGeom& g) 
 
 #undef XS_AVX512
 
-bool hasAvx512() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512;
-}
-
 template <int K>
 void forwardAvx512(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
   if (f.relu && f.roundY) forwardAvx512<K, true, true>(y, x, g);
@@ -301,13 +289,13 @@ void checkPortable(const PoolGeom& g) {
 void avgPool2dForward(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
   checkAvgPool(g);
   if (!g.nhwc) nchwForward(y, x, g, f);
-  else if (hasAvx512()) nhwcForwardAvx512(y, x, g, f);
+  else if (cpuHasAvx512()) nhwcForwardAvx512(y, x, g, f);
   else nhwcForwardLoops(y, x, g, f);
 }
 
 void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g, const float* reluInput) {
   checkAvgPool(g);
-  if (g.nhwc && hasAvx512()) return nhwcBackwardAvx512(dx, dy, g, reluInput);
+  if (g.nhwc && cpuHasAvx512()) return nhwcBackwardAvx512(dx, dy, g, reluInput);
   if (g.nhwc) nhwcBackwardLoops(dx, dy, g);
   else nchwBackward(dx, dy, g);
   finishGradient(dx, static_cast<std::size_t>(g.n) * g.c * g.h * g.w, reluInput, g.dxRounded);

@@ -23,16 +23,6 @@ namespace {
 
 constexpr int kBlock = 16;  // channels whose best value and index stay in registers
 
-// One output window: its unclipped origin (oy * stride - pad, ox * stride - pad), the origin of
-// its offsets, and the rows and columns [y0, y1) x [x0, x1) of it inside the input.
-struct Window {
-  int wy, wx, y0, y1, x0, x1;
-  Window(int oy, int ox, const PoolGeom& g)
-      : wy(oy * g.stride - g.pad), wx(ox * g.stride - g.pad), y0(std::max(wy, 0)),
-        y1(std::min(wy + g.k, g.h)), x0(std::max(wx, 0)), x1(std::min(wx + g.k, g.w)) {}
-  int offset(int iy, int ix, int k) const { return (iy - wy) * k + (ix - wx); }
-};
-
 // The pooled value as stored (reluLoop's and reluRoundedToBf16's bits) and its code's pass bit.
 template <PoolEpilogue E>
 [[gnu::always_inline]] inline float finish(float v) {
@@ -55,7 +45,7 @@ static_assert(kPoolPasses == 1 << 15);
 // value wins if greater or NaN.
 template <int L, PoolEpilogue E>
 [[gnu::always_inline]] inline void windowMax(float* y, std::uint16_t* code, const float* img, int c, int w, int k,
-                                             const Window& win) {
+                                             const PoolWindow& win) {
   float best[L];
   std::uint16_t at[L];
   for (int j = 0; j < L; ++j)
@@ -126,7 +116,7 @@ template <PoolEpilogue E>
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
         const std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
-        const Window win(oy, ox, g);
+        const PoolWindow win(oy, ox, g);
         int j = 0;
         for (; j + kBlock <= c; j += kBlock) windowMax<kBlock, E>(y + o + j, code + o + j, img + j, c, g.w, g.k, win);
         for (; j < c; ++j) windowMax<1, E>(y + o + j, code + o + j, img + j, c, g.w, g.k, win);
@@ -170,7 +160,7 @@ struct GradLayout {
 // dx0: this image's channel j0 at pixel 0; ps: between pixels.
 template <int L, bool kTiled, bool kRound>
 [[gnu::always_inline]] inline void windowGrad(float* dx0, std::size_t ps, const float* dy, const std::uint16_t* code,
-                                              int w, int k, const Window& win) {
+                                              int w, int k, const PoolWindow& win) {
   float grad[L];  // once per window, floats only: it stays in registers
 #pragma omp simd
   for (int j = 0; j < L; ++j) {
@@ -207,7 +197,7 @@ template <bool kTiled, bool kRound>
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
         const std::size_t p = static_cast<std::size_t>(oy) * ow + ox, o = (n * out.hw + p) * c;
-        const Window win(oy, ox, g);
+        const PoolWindow win(oy, ox, g);
         int j = 0;
         for (; j + kBlock <= c; j += kBlock)
           windowGrad<kBlock, kTiled, kRound>(dx + in.at(n, j, 0), in.pixel(), dy + out.at(n, j, p), code + o + j,

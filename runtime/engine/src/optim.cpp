@@ -69,8 +69,7 @@ void streamOutSse(float* dst, const float* src, std::size_t n) {
 
 // dst (64-byte aligned) = src (aligned), with non-temporal stores.
 void streamOut(float* dst, const float* src, std::size_t n) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  (avx512 ? streamOutAvx512 : streamOutSse)(dst, src, n);
+  (engine::cpuHasAvx512() ? streamOutAvx512 : streamOutSse)(dst, src, n);
 }
 
 // Runs body(offset, count, mirror) over [0, n): on the whole range, or with a large mirror in
