@@ -130,6 +130,38 @@ TEST(Bf16Modes, EmulatedConvolutionMatchesItsRoundedOperandsInFp32) {
   }
 }
 
+TEST(Bf16Modes, EmulatedGemmConvolutionIsFp32OnRoundedOperands) {
+  // The channels-last GEMM path in emulated bf16 rounds x in its gather, w in its transpose and
+  // dy once, then runs fp32's products: the bits of fp32 on round(x), round(w), round(dy),
+  // whether it rounds them itself or is told they are rounded already (xRounded, wRounded,
+  // dyRounded), with and without the bias.
+  const json& k = fixture("ops.json")["conv2d_2"];
+  auto xs = dims(k["in0_shape"]), ws = dims(k["in1_shape"]);
+  Vec x = vec(k["in0"]), w = vec(k["in1"]), b = vec(k["in2"]), dy = vec(k["dy"]);
+  Vec rx = x, rw = w, rdy = dy;
+  roundToBf16(rx.data(), rx.data(), rx.size());
+  roundToBf16(rw.data(), rw.data(), rw.size());
+  roundToBf16(rdy.data(), rdy.data(), rdy.size());
+  setNhwcGemmMaxPixels(1 << 20);
+  for (bool bias : {true, false}) {
+    auto passes = [&](Device& dev, const Vec& px, const Vec& pw, const Vec& pdy, bool flagged) {
+      ConvGeom g{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], k["params"]["stride"], k["params"]["pad"]};
+      g.srcNhwc = g.dstNhwc = true;
+      g.xRounded = g.wRounded = g.dyRounded = flagged;
+      Vec y(pdy.size()), dx(px.size()), dw(pw.size(), 0.f), db(b.size(), 0.f);
+      conv2dForward(dev, y.data(), px.data(), pw.data(), bias ? b.data() : nullptr, g);
+      conv2dBackward(dev, dx.data(), dw.data(), bias ? db.data() : nullptr, pdy.data(), px.data(), pw.data(), g);
+      return std::vector<Vec>{y, dx, dw, db};
+    };
+    ModeScope mode(Bf16Mode::kEmulated);
+    Device emulated(bf16Options()), fp32;
+    const auto want = passes(fp32, rx, rw, rdy, false);
+    EXPECT_EQ(passes(emulated, x, w, dy, false), want) << "bias " << bias;
+    EXPECT_EQ(passes(emulated, rx, rw, rdy, true), want) << "bias " << bias;
+  }
+  setNhwcGemmMaxPixels(16);
+}
+
 TEST(Bf16Modes, NativeAndEmulatedAgree) {
   if (!cpuHasBf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU: only the emulated mode runs here";
   for (bool nhwc : {false, true}) {
@@ -252,9 +284,10 @@ std::vector<float> trainedWeights(Precision p, Shape input, bool opaque, Build b
 }
 
 TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
-  // Max-pools and ReLUs write their outputs (and the gradients of the layer before) already
-  // rounded when the layer next to them would round them: the same weights, bit for bit, as
-  // networks whose layers cannot see their neighbours (an Opaque copy between them).
+  // Max-pools, ReLUs and batch-norms write their outputs (and the gradients of the layer before)
+  // already rounded when the layer next to them would round them: the same weights, bit for bit,
+  // as networks whose layers cannot see their neighbours (an Opaque copy between them). bnNet's
+  // 5x5 and 4x4 maps run the convolutions as GEMMs over patches (docs/engine.md).
   bool sawRounded = false;
   auto convnet = [&](nn::Sequential& n, bool opaque) {
     auto after = [&](const std::string& name, bool probe) -> nn::Sequential& {
@@ -275,6 +308,15 @@ TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
     after("after2").add("flatten", nn::Flatten()).add("fc1", nn::Linear(0, 64)).add("relu3", nn::ReLU());
     after("after3").add("fc2", nn::Linear(64, 10));
   };
+  auto bnNet = [](nn::Sequential& n, bool opaque) {  // batch-norms before convolutions, two on small maps
+    auto after = [&](const std::string& name) -> nn::Sequential& {
+      return opaque ? n.add(name, std::make_unique<Opaque>()) : n;
+    };
+    n.add("conv1", nn::Conv2d(1, 16, 3)).add("bn1", nn::BatchNorm2d(16, true, true));
+    after("after1").add("conv2", nn::Conv2d(16, 16, 3, 2)).add("bn2", nn::BatchNorm2d(16, false, true));
+    after("after2").add("conv3", nn::Conv2d(16, 16, 3, 1, 1)).add("bn3", nn::BatchNorm2d(16, true));
+    n.add("flatten", nn::Flatten()).add("fc1", nn::Linear(0, 10));
+  };
   auto sameBits = [](const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   };
@@ -285,6 +327,8 @@ TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
         << precisionName(p);
     EXPECT_EQ(sawRounded, p == Precision::kBf16) << precisionName(p);
     EXPECT_TRUE(sameBits(trainedWeights(p, {1, 12, 12}, false, reluNet), trainedWeights(p, {1, 12, 12}, true, reluNet)))
+        << precisionName(p);
+    EXPECT_TRUE(sameBits(trainedWeights(p, {1, 12, 12}, false, bnNet), trainedWeights(p, {1, 12, 12}, true, bnNet)))
         << precisionName(p);
   }
 }

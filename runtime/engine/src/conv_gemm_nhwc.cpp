@@ -16,7 +16,7 @@ namespace xs::engine::detail {
 namespace {
 
 // Scratch slots (0-2 and 6-7 are free while this path runs; 3-5 belong to the GEMM).
-constexpr int kColSlot = 0, kWeightSlot = 1, kDcolSlot = 2, kDwSlot = 6;
+constexpr int kColSlot = 0, kWeightSlot = 1, kDcolSlot = 2, kDwSlot = 6, kDySlot = 7;
 
 }  // namespace
 
@@ -37,9 +37,10 @@ int chunkImages(const ConvGeom& g) {
                                                   static_cast<std::size_t>(g.n)));
 }
 
-// x images [n0, n0+nb) -> col [nb*oh*ow, kh*kw*c], as float32 or as bf16 bits
+// x images [n0, n0+nb) -> col [nb*oh*ow, kh*kw*c], as float32 (rounded to bf16 values when
+// `round`: emulated bf16's operand, made in the gather's own pass) or as bf16 bits
 template <class T>
-void im2colNhwc(T* col, const float* x, const ConvGeom& g, int n0, int nb) {
+void im2colNhwc(T* col, const float* x, const ConvGeom& g, int n0, int nb, bool round = false) {
   const int oh = g.oh(), ow = g.ow(), c = g.c;
   const std::size_t K = static_cast<std::size_t>(g.kh) * g.kw * c;
   for (int im = 0; im < nb; ++im) {
@@ -53,8 +54,12 @@ void im2colNhwc(T* col, const float* x, const ConvGeom& g, int n0, int nb) {
             const int ix = ox * g.stride - g.pad + kx;
             const float* src = img + (static_cast<std::size_t>(iy) * g.w + ix) * c;
             if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) std::memset(row, 0, c * sizeof(T));  // +0 either way
-            else if constexpr (std::is_same_v<T, float>) std::memcpy(row, src, c * sizeof(float));
-            else floatsToBf16(src, row, c);
+            else if constexpr (std::is_same_v<T, float>) {
+              if (round) roundToBf16(src, row, c);
+              else std::memcpy(row, src, c * sizeof(float));
+            } else {
+              floatsToBf16(src, row, c);
+            }
           }
         }
       }
@@ -62,7 +67,8 @@ void im2colNhwc(T* col, const float* x, const ConvGeom& g, int n0, int nb) {
 }
 
 // The patches of images [n0, n0+nb) as the GEMM's operand: bf16 bits when the bf16 matmul reads
-// them directly (one pass instead of gathering float32 and rounding a copy), else float32.
+// them directly (one pass instead of gathering float32 and rounding a copy), else float32,
+// rounded to bf16 values in emulated bf16 (unless x is bf16 values already).
 struct Patches {
   const void* data;
   bool bf16;
@@ -75,15 +81,22 @@ Patches patches(Device& dev, const float* x, const ConvGeom& g, int n0, int nb) 
     return {col, true};
   }
   float* col = dev.scratch(kColSlot, n);
-  im2colNhwc(col, x, g, n0, nb);
+  im2colNhwc(col, x, g, n0, nb, emulatesBf16(dev) && !g.xRounded);
   return {col, false};
 }
 
-// c [M, N] (+)= op(a) [M, K] * op(b) [K, N], with a or b possibly bf16 patches (dense).
+// c [M, N] (+)= op(a) [M, K] * op(b) [K, N], with a or b possibly bf16 patches (dense). In
+// emulated bf16 every operand reaching here is bf16 values already (patches(), weightsOhwi(),
+// roundedDy()), so the GEMM does not round copies of them again.
 void product(Device& dev, bool ta, bool tb, int M, int N, int K, Patches a, int lda, Patches b, int ldb,
              float beta, float* c, int ldc) {
   if ((a.bf16 || b.bf16) && gemmBf16(dev, ta, tb, M, N, K, a.data, a.bf16, lda, b.data, b.bf16, ldb, beta, c, ldc))
     return;
+  if (emulatesBf16(dev)) {
+    gemmOfRounded(dev, ta, tb, M, N, K, static_cast<const float*>(a.data), lda, static_cast<const float*>(b.data), ldb,
+                  beta, c, ldc);
+    return;
+  }
   XS_CHECK(!a.bf16 && !b.bf16, BackendError, "no bf16 matmul for a " + std::to_string(M) + "x" +
                                                  std::to_string(N) + "x" + std::to_string(K) +
                                                  " convolution product: set XS_ENGINE_NHWC_GEMM_PIXELS=0");
@@ -115,15 +128,46 @@ void col2imNhwc(float* dx, const float* dcol, const ConvGeom& g, int n0, int nb)
   }
 }
 
-// w [oc, c, kh, kw] -> wt [oc, kh, kw, c]
+// The weights' two orders, [oc, c, kh*kw] (the store's) and [oc, kh*kw, c] (the patches'):
+// per output channel a [c, khw] <-> [khw, c] transpose, vectorised along c (strided loads or
+// stores of one tap). toOhwi: w -> wt, rounded to bf16 values when `round`; else dw (+)= wt.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void transposeTaps(float* w, float* wt, int oc, int c, int khw, bool toOhwi, bool round, bool add) {
+  for (int o = 0; o < oc; ++o)
+    for (int k = 0; k < khw; ++k) {
+      float* t = wt + (static_cast<std::size_t>(o) * khw + k) * c;
+      float* s = w + static_cast<std::size_t>(o) * c * khw + k;
+      if (toOhwi && round) {
+#pragma omp simd
+        for (int ci = 0; ci < c; ++ci) t[ci] = roundToBf16(s[static_cast<std::size_t>(ci) * khw]);
+      } else if (toOhwi) {
+#pragma omp simd
+        for (int ci = 0; ci < c; ++ci) t[ci] = s[static_cast<std::size_t>(ci) * khw];
+      } else if (add) {
+#pragma omp simd
+        for (int ci = 0; ci < c; ++ci) s[static_cast<std::size_t>(ci) * khw] += t[ci];
+      } else {
+#pragma omp simd
+        for (int ci = 0; ci < c; ++ci) s[static_cast<std::size_t>(ci) * khw] = t[ci];
+      }
+    }
+}
+
+// w [oc, c, kh, kw] -> wt [oc, kh, kw, c], rounded to bf16 values in emulated bf16 (unless w is
+// the store's rounded mirror already)
 float* weightsOhwi(Device& dev, const float* w, const ConvGeom& g) {
-  const int khw = g.kh * g.kw;
-  float* wt = dev.scratch(kWeightSlot, static_cast<std::size_t>(g.oc) * g.c * khw);
-  for (int o = 0; o < g.oc; ++o)
-    for (int ci = 0; ci < g.c; ++ci)
-      for (int k = 0; k < khw; ++k)
-        wt[(static_cast<std::size_t>(o) * khw + k) * g.c + ci] = w[(static_cast<std::size_t>(o) * g.c + ci) * khw + k];
+  float* wt = dev.scratch(kWeightSlot, static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw);
+  transposeTaps(const_cast<float*>(w), wt, g.oc, g.c, g.kh * g.kw, true, emulatesBf16(dev) && !g.wRounded, false);
   return wt;
+}
+
+// dy rows [rows, oc] as the products read them: rounded to bf16 values into scratch in emulated
+// bf16 (unless they are already), else dy itself.
+const float* roundedDy(Device& dev, const float* dy, std::size_t count, const ConvGeom& g) {
+  if (!emulatesBf16(dev) || g.dyRounded) return dy;
+  float* r = dev.scratch(kDySlot, count);
+  roundToBf16(dy, r, count);
+  return r;
 }
 
 }  // namespace
@@ -156,11 +200,13 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
   if (db && g.overwriteGrads) std::memset(db, 0, static_cast<std::size_t>(g.oc) * sizeof(float));
   for (int n0 = 0; n0 < g.n; n0 += nbMax) {
     const int nb = std::min(nbMax, g.n - n0), rows = nb * ohw;
-    const float* dyc = dy + static_cast<std::size_t>(n0) * ohw * g.oc;
-    if (db && dev.precision() == Precision::kBf16) {
+    const float* dyc = roundedDy(dev, dy + static_cast<std::size_t>(n0) * ohw * g.oc,
+                                 static_cast<std::size_t>(rows) * g.oc, g);
+    if (db && nativeBf16(dev)) {
       // As oneDNN's bf16 backward-weights: the bias gradient sums dy as the products read it.
-      for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * g.oc; ++i) db[i % g.oc] += roundToBf16(dyc[i]);
-    } else if (db) {
+      for (int r = 0; r < rows; ++r)
+        for (int o = 0; o < g.oc; ++o) db[o] += roundToBf16(dyc[static_cast<std::size_t>(r) * g.oc + o]);
+    } else if (db) {  // the same sums, row by row, of dy (emulated bf16: already rounded)
       for (int r = 0; r < rows; ++r) accumulate(db, dyc + static_cast<std::size_t>(r) * g.oc, g.oc);
     }
     Patches col = patches(dev, x, g, n0, nb);
@@ -169,17 +215,11 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
     if (!dx) continue;
     // dcol [rows, K] = dyc [rows, oc] * wt [oc, K]
     float* dcol = dev.scratch(kDcolSlot, static_cast<std::size_t>(rows) * K);
-    gemm(dev, false, false, rows, K, g.oc, dyc, g.oc, wt, K, 0.f, dcol, K);
+    product(dev, false, false, rows, K, g.oc, Patches{dyc, false}, g.oc, Patches{wt, false}, K, 0.f, dcol, K);
     col2imNhwc(dx, dcol, g, n0, nb);
   }
   // dw [oc, c, kh, kw] (+)= dwt [oc, kh, kw, c]
-  for (int o = 0; o < g.oc; ++o)
-    for (int ci = 0; ci < g.c; ++ci)
-      for (int k = 0; k < khw; ++k) {
-        float& to = dw[(static_cast<std::size_t>(o) * g.c + ci) * khw + k];
-        const float v = dwt[(static_cast<std::size_t>(o) * khw + k) * g.c + ci];
-        to = g.overwriteGrads ? v : to + v;
-      }
+  transposeTaps(dw, dwt, g.oc, g.c, khw, false, false, !g.overwriteGrads);
 }
 
 }  // namespace xs::engine::detail

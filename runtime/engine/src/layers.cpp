@@ -332,6 +332,7 @@ class Dropout : public Module {
 class BatchNorm2d : public Module {
  public:
   BatchNorm2d(int c, bool relu, bool gradToConv) : c_(c), relu_(relu), gradToConv_(gradToConv) {}
+  void fuseWithNext(Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
   Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
     expectChw(in, prefix + ": batch-norm");
     XS_CHECK(in[0] == c_, ShapeError,
@@ -349,8 +350,10 @@ class BatchNorm2d : public Module {
     args_ = BatchNormArgs{s[0], s[1], s[2] * s[3]};
     args_.nhwc = x.layout() == Layout::kNhwc;
     args_.relu = relu_;
+    args_.roundY = nextRounds_ && args_.nhwc && emulatesBf16(ctx.dev);  // rounding at the producer
     y_.ensure(ctx.dev, s, "activations");
     y_.setLayout(x.layout());
+    y_.setBf16Values(args_.roundY);
     stats_.ensure(ctx.dev, Shape{2, c_}, "batch-norm statistics");
     float* mean = stats_.data();
     float* invstd = mean + c_;
@@ -379,6 +382,7 @@ class BatchNorm2d : public Module {
  private:
   int c_;
   bool relu_, gradToConv_;
+  bool nextRounds_ = false;  // the module after rounds its input to bf16 (roundsInputToBf16)
   bool train_ = true;
   BatchNormArgs args_{};
   std::size_t gamma_ = 0, beta_ = 0, mean_ = 0, var_ = 0;

@@ -200,6 +200,10 @@ struct BatchNormArgs {
   bool nhwc = false;  // x, y, dy, dx stored [n, hw, c]
   bool relu = false;  // y = relu(batch-norm(x)); backward then takes that y to mask dy
   bool dxBf16 = false;  // NHWC only: backward writes dx as bfloat16 (for a bf16 convolution)
+  // NHWC only: forward writes y rounded to bf16 values (for an emulated bf16 convolution). With
+  // relu, backward's mask then reads the rounded y: a positive value below bf16's smallest
+  // (about 2^-134) rounds to 0 and masks, as in a bf16 pipeline.
+  bool roundY = false;
 };
 // train: x [n, c, hw] -> y, mean [c], invstd [c]; runMean, runVar [c] updated (unbiased var)
 void batchNorm2dForwardTrain(float* y, float* mean, float* invstd, float* runMean, float* runVar,

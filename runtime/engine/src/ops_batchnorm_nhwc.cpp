@@ -35,8 +35,9 @@ XS_CLONES void shiftedMoments(const float* x, int rows, int c, const float* shif
   }
 }
 
-// y[r,k] = x[r,k] * scale[k] + shift[k], then max(0, .) when Relu
-template <bool Relu>
+// y[r,k] = x[r,k] * scale[k] + shift[k], then max(0, .) when Relu, then rounded to bf16 values
+// when Round (the next convolution's emulated operand, in this pass instead of one of its own)
+template <bool Relu, bool Round>
 XS_CLONES void affineRows(float* y, const float* x, std::size_t rows, int c, const float* scale,
                           const float* shift) {
   for (std::size_t r = 0; r < rows; ++r) {
@@ -45,7 +46,8 @@ XS_CLONES void affineRows(float* y, const float* x, std::size_t rows, int c, con
 #pragma omp simd
     for (int k = 0; k < c; ++k) {
       float v = xr[k] * scale[k] + shift[k];
-      yr[k] = Relu ? (v > 0.f ? v : 0.f) : v;
+      if constexpr (Relu) v = v > 0.f ? v : 0.f;
+      yr[k] = Round ? roundToBf16(v) : v;
     }
   }
 }
@@ -133,8 +135,11 @@ void batchNormNhwcForward(float* y, float* mean, float* invstd, float* runMean, 
     scale[k] = gamma[k] * invstd[k];
     shift[k] = beta[k] - mean[k] * scale[k];
   }
-  if (a.relu) affineRows<true>(y, x, static_cast<std::size_t>(rows), c, scale.data(), shift.data());
-  else affineRows<false>(y, x, static_cast<std::size_t>(rows), c, scale.data(), shift.data());
+  const auto n = static_cast<std::size_t>(rows);
+  if (a.relu && a.roundY) affineRows<true, true>(y, x, n, c, scale.data(), shift.data());
+  else if (a.relu) affineRows<true, false>(y, x, n, c, scale.data(), shift.data());
+  else if (a.roundY) affineRows<false, true>(y, x, n, c, scale.data(), shift.data());
+  else affineRows<false, false>(y, x, n, c, scale.data(), shift.data());
 }
 
 void batchNormNhwcBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,

@@ -306,6 +306,7 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     }
     ConvGeom f = g;
     f.dyBf16 = false;
+    f.dyRounded = true;  // bf16 values, widened exactly
     conv2dBackward(dev, dx, dw, db, wide.data(), x, w, f);
     return;
   }
