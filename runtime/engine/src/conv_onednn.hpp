@@ -39,4 +39,15 @@ void conv2dForwardGemmNhwc(Device& dev, float* y, const float* x, const float* w
 void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const float* dy,
                             const float* x, const float* w, const ConvGeom& g);
 
+// One input channel into fewer than 16 channels-last outputs, stride 1 (conv_one_channel.cpp),
+// chosen by useOneChannelConv in fp32 and emulated bf16: forward, and backward's weight and
+// bias gradients (the input gradient, when asked for, stays with oneDNN).
+bool useOneChannelConv(const ConvGeom& g);
+void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
+                             const ConvGeom& g);
+void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy, const float* x,
+                              const ConvGeom& g);
+// Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
+bool& oneChannelPortableSlot();
+
 }  // namespace xs::engine::detail

@@ -228,6 +228,10 @@ const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g) {
   checkGeom(g);
+  if (convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && detail::useOneChannelConv(g)) {
+    detail::conv2dForwardOneChannel(dev, y, x, w, b, g);
+    return;
+  }
   if (convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemm(g)) {
     detail::conv2dForwardGemmNhwc(dev, y, x, w, b, g);
     return;
@@ -291,6 +295,10 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
                  detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g),
              ShapeError, "conv2d: gradients in blocks of 16 channels need oneDNN's blocked backward (fp32, "
                          "channels last, Winograd or one input channel): ask conv2dGradsBlocked16 first");
+    return;
+  }
+  if (!dx && dw && convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && detail::useOneChannelConv(g)) {
+    detail::conv2dBackwardOneChannel(dev, dw, db, dy, x, g);
     return;
   }
   if (g.dyBf16) {  // oneDNN's kernels read bf16 dy as it is; the other paths widen it once

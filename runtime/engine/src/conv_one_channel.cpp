@@ -1,0 +1,298 @@
+// conv_one_channel.cpp: convolutions of one input channel into fewer than 16 channels-last
+// output channels, stride 1 (LeNet-5's first layer, 1 -> 6). oneDNN vectorises such a layer over
+// its output channels and fills 6 of 16 lanes (32 GFLOP/s, docs/engine.md). Here one output
+// row, [ow, oc] flattened, is the vector: with xe the padded image whose every pixel is repeated
+// oc times, and wt[t] tap t's weights repeated along the row,
+//
+//   y[oy][j] = b[j % oc] + sum over taps t = (ky, kx) of xe[oy + ky][j + kx * oc] * wt[t][j]
+//   dw[o][t] = sum over j with j % oc == o of (sum over images and oy of dy[oy][j] * xe[oy + ky][j + kx * oc])
+//
+// so every load is contiguous and every lane works. (Aligned copies of xe per kx measured
+// slower: 5x the expansion's writes, and the kernels then read L2 instead of L1.) Each sum runs in a fixed order with fused
+// multiply-adds, the same in the AVX-512 kernels and the portable loops (tested bit for bit).
+// Emulated bf16 rounds x, w and dy as it builds xe, wt and its copy of dy.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <immintrin.h>
+
+#include "conv_onednn.hpp"
+#include "gemm.hpp"
+
+namespace xs::engine::detail {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kMaxRow = 1024;  // ow * oc: wt stays in L2
+constexpr int kMaxTaps = 64;
+// Scratch slots: the GEMM paths' (conv_gemm_nhwc.cpp), which do not run at the same time.
+constexpr int kImageSlot = 0, kTapSlot = 1, kDySlot = 2, kSumSlot = 6, kPaddedSlot = 7;
+
+// p rounded up to 64 bytes (scratch asked for one vector more).
+float* aligned(float* p) {
+  return reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t{63});
+}
+
+// The row geometry: J = ow * oc values per output row, padded to whole vectors (Jp); the padded
+// image's rows (xp) of w + 2 pad pixels plus a vector of zeros; xe [h + 2 pad][xeRow], each row
+// whole vectors holding (w + 2 pad) * oc values and then zeros, so a load past J + kx * oc
+// reads zeros.
+struct Rows {
+  int oc, oh, ow, kh, kw, J, Jp, xpRow, xeRow, xeRows;
+  explicit Rows(const ConvGeom& g)
+      : oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), J(ow * oc), Jp((J + kLanes - 1) / kLanes * kLanes),
+        xpRow(g.w + 2 * g.pad + 2 * kLanes), xeRow(((g.w + 2 * g.pad) * oc + 2 * kLanes - 1) / kLanes * kLanes),
+        xeRows(g.h + 2 * g.pad) {}
+  int taps() const { return kh * kw; }
+  std::size_t xeCount() const { return static_cast<std::size_t>(xeRows) * xeRow; }
+  // Row `row` of xe from column kx's first value on.
+  const float* xe(const float* base, int kx, int row) const {
+    return base + static_cast<std::size_t>(row) * xeRow + kx * oc;
+  }
+};
+
+float maybeRounded(float v, bool round) { return round ? roundToBf16(v) : v; }
+
+// xe[row][j] = xp[row][j / oc], from the padded image's rows (zeros past them).
+void expandRowsPortable(float* xe, const float* xp, const Rows& r) {
+  for (int row = 0; row < r.xeRows; ++row)
+    for (int j = 0; j < r.xeRow; ++j) xe[static_cast<std::size_t>(row) * r.xeRow + j] = xp[row * r.xpRow + j / r.oc];
+}
+
+// Where each vector of an xe row takes its pixels: lane l of vector v takes pixel
+// first[v] + lane[v][l] = (16 v + l) / oc. Made once per call.
+struct Expansion {
+  alignas(64) int lane[kMaxRow / kLanes + 4][kLanes];
+  int first[kMaxRow / kLanes + 4];
+  explicit Expansion(const Rows& r) {
+    for (int v = 0; v < r.xeRow / kLanes; ++v) {
+      first[v] = v * kLanes / r.oc;
+      for (int l = 0; l < kLanes; ++l) lane[v][l] = (v * kLanes + l) / r.oc - first[v];
+    }
+  }
+};
+
+// The same with one permute per vector.
+__attribute__((target("avx512f"))) void expandRowsAvx512(float* xe, const float* xp, const Rows& r,
+                                                          const Expansion& e) {
+  const int nv = r.xeRow / kLanes;
+  for (int row = 0; row < r.xeRows; ++row) {
+    float* to = xe + static_cast<std::size_t>(row) * r.xeRow;
+    const float* from = xp + static_cast<std::size_t>(row) * r.xpRow;
+    for (int v = 0; v < nv; ++v)
+      _mm512_store_ps(to + v * kLanes, _mm512_mask_permutexvar_ps(_mm512_setzero_ps(), 0xffff,
+                                                                  _mm512_load_si512(e.lane[v]),
+                                                                  _mm512_loadu_ps(from + e.first[v])));
+  }
+}
+
+// Image x [h, w] -> xe (through xp, its padded rows, rounded to bf16 values when `round`).
+void expandImage(float* xe, float* xp, const float* x, const ConvGeom& g, const Rows& r, bool round,
+                 const Expansion* vec) {
+  std::fill(xp, xp + static_cast<std::size_t>(r.xeRows) * r.xpRow, 0.f);
+  for (int iy = 0; iy < g.h; ++iy) {
+    float* row = xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad;
+    const float* src = x + static_cast<std::size_t>(iy) * g.w;
+    if (round) roundToBf16(src, row, g.w);
+    else std::memcpy(row, src, g.w * sizeof(float));
+  }
+  if (vec) expandRowsAvx512(xe, xp, r, *vec);
+  else expandRowsPortable(xe, xp, r);
+}
+
+// w [oc, 1, kh, kw] -> wt [taps, Jp]: wt[t][j] = w[j % oc][t], zeros past J. Also the bias row.
+void expandWeights(float* wt, float* bias, const float* w, const float* b, const Rows& r, bool round) {
+  for (int t = 0; t < r.taps(); ++t)
+    for (int j = 0; j < r.Jp; ++j)
+      wt[static_cast<std::size_t>(t) * r.Jp + j] = j < r.J ? maybeRounded(w[(j % r.oc) * r.taps() + t], round) : 0.f;
+  for (int j = 0; j < r.Jp; ++j) bias[j] = j < r.J && b ? b[j % r.oc] : 0.f;
+}
+
+// ---- forward -------------------------------------------------------------------------------
+
+void forwardRowsPortable(float* y, const float* xe, const float* wt, const float* bias, const Rows& r) {
+  for (int oy = 0; oy < r.oh; ++oy)
+    for (int j = 0; j < r.J; ++j) {
+      float acc = bias[j];
+      for (int ky = 0; ky < r.kh; ++ky)
+        for (int kx = 0; kx < r.kw; ++kx)
+          acc = std::fma(r.xe(xe, kx, oy + ky)[j], wt[static_cast<std::size_t>(ky * r.kw + kx) * r.Jp + j], acc);
+      y[static_cast<std::size_t>(oy) * r.J + j] = acc;
+    }
+}
+
+// NV vectors of one output row from vector v0 on, accumulated in registers over every tap.
+template <int NV>
+__attribute__((target("avx512f"))) void forwardBlock(float* yrow, const float* xe, const float* wt, const float* bias,
+                                                     const Rows& r, int oy, int v0) {
+  __m512 acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = _mm512_load_ps(bias + (v0 + i) * kLanes);
+  for (int ky = 0; ky < r.kh; ++ky)
+    for (int kx = 0; kx < r.kw; ++kx) {
+      const float* xr = r.xe(xe, kx, oy + ky) + v0 * kLanes;
+      const float* wr = wt + static_cast<std::size_t>(ky * r.kw + kx) * r.Jp + v0 * kLanes;
+      for (int i = 0; i < NV; ++i)
+        acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + i * kLanes), _mm512_load_ps(wr + i * kLanes), acc[i]);
+    }
+  for (int i = 0; i < NV; ++i) {
+    const int j = (v0 + i) * kLanes;
+    const __mmask16 m = r.J - j >= kLanes ? __mmask16(0xffff) : __mmask16((1u << (r.J - j)) - 1);
+    _mm512_mask_storeu_ps(yrow + j, m, acc[i]);
+  }
+}
+
+__attribute__((target("avx512f"))) void forwardRowsAvx512(float* y, const float* xe, const float* wt,
+                                                            const float* bias, const Rows& r) {
+  const int nv = r.Jp / kLanes;
+  for (int oy = 0; oy < r.oh; ++oy) {
+    float* yrow = y + static_cast<std::size_t>(oy) * r.J;
+    int v = 0;
+    for (; v + 8 <= nv; v += 8) forwardBlock<8>(yrow, xe, wt, bias, r, oy, v);
+    switch (nv - v) {
+      case 7: forwardBlock<7>(yrow, xe, wt, bias, r, oy, v); break;
+      case 6: forwardBlock<6>(yrow, xe, wt, bias, r, oy, v); break;
+      case 5: forwardBlock<5>(yrow, xe, wt, bias, r, oy, v); break;
+      case 4: forwardBlock<4>(yrow, xe, wt, bias, r, oy, v); break;
+      case 3: forwardBlock<3>(yrow, xe, wt, bias, r, oy, v); break;
+      case 2: forwardBlock<2>(yrow, xe, wt, bias, r, oy, v); break;
+      case 1: forwardBlock<1>(yrow, xe, wt, bias, r, oy, v); break;
+      default: break;
+    }
+  }
+}
+
+// ---- backward: weights and bias -------------------------------------------------------------
+
+// sums [taps + 1, Jp] += per tap, dy rows * the xe rows they met; the last row sums dy (bias).
+void weightSumsPortable(float* sums, const float* dy, const float* xe, const Rows& r) {
+  float* bsum = sums + static_cast<std::size_t>(r.taps()) * r.Jp;
+  for (int oy = 0; oy < r.oh; ++oy) {
+    const float* d = dy + static_cast<std::size_t>(oy) * r.Jp;
+    for (int t = 0; t < r.taps(); ++t) {
+      const float* xr = r.xe(xe, t % r.kw, oy + t / r.kw);
+      float* s = sums + static_cast<std::size_t>(t) * r.Jp;
+      for (int j = 0; j < r.Jp; ++j) s[j] = std::fma(d[j], xr[j], s[j]);
+    }
+    for (int j = 0; j < r.Jp; ++j) bsum[j] += d[j];
+  }
+}
+
+// One ky row of taps (KW of them) for NV vectors from v0, in registers over every oy.
+template <int KW, int NV>
+__attribute__((target("avx512f"))) void weightBlock(float* sums, const float* dy, const float* xe, const Rows& r,
+                                                    int ky, int v0) {
+  __m512 acc[KW][NV];
+  for (int kx = 0; kx < KW; ++kx)
+    for (int i = 0; i < NV; ++i) acc[kx][i] = _mm512_load_ps(sums + static_cast<std::size_t>(ky * r.kw + kx) * r.Jp + (v0 + i) * kLanes);
+  for (int oy = 0; oy < r.oh; ++oy) {
+    __m512 d[NV];
+    for (int i = 0; i < NV; ++i) d[i] = _mm512_load_ps(dy + static_cast<std::size_t>(oy) * r.Jp + (v0 + i) * kLanes);
+    for (int kx = 0; kx < KW; ++kx) {
+      const float* row = r.xe(xe, kx, oy + ky) + v0 * kLanes;
+      for (int i = 0; i < NV; ++i) acc[kx][i] = _mm512_fmadd_ps(d[i], _mm512_loadu_ps(row + i * kLanes), acc[kx][i]);
+    }
+  }
+  for (int kx = 0; kx < KW; ++kx)
+    for (int i = 0; i < NV; ++i) _mm512_store_ps(sums + static_cast<std::size_t>(ky * r.kw + kx) * r.Jp + (v0 + i) * kLanes, acc[kx][i]);
+}
+
+// Taps 3 or 5 wide: KW x 3 accumulators and 3 of dy fit the 32 registers.
+template <int KW>
+__attribute__((target("avx512f"))) void weightTapsAvx512(float* sums, const float* dy, const float* xe,
+                                                          const Rows& r) {
+  const int nv = r.Jp / kLanes;
+  for (int ky = 0; ky < r.kh; ++ky) {
+    int v = 0;
+    for (; v + 3 <= nv; v += 3) weightBlock<KW, 3>(sums, dy, xe, r, ky, v);
+    if (nv - v == 2) weightBlock<KW, 2>(sums, dy, xe, r, ky, v);
+    if (nv - v == 1) weightBlock<KW, 1>(sums, dy, xe, r, ky, v);
+  }
+}
+
+__attribute__((target("avx512f"))) void weightSumsAvx512(float* sums, const float* dy, const float* xe,
+                                                          const Rows& r) {
+  if (r.kw == 3) weightTapsAvx512<3>(sums, dy, xe, r);
+  else weightTapsAvx512<5>(sums, dy, xe, r);
+  float* bsum = sums + static_cast<std::size_t>(r.taps()) * r.Jp;
+  for (int oy = 0; oy < r.oh; ++oy)
+    for (int j = 0; j < r.Jp; j += kLanes)
+      _mm512_store_ps(bsum + j, _mm512_add_ps(_mm512_load_ps(bsum + j), _mm512_load_ps(dy + static_cast<std::size_t>(oy) * r.Jp + j)));
+}
+
+bool vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }
+
+}  // namespace
+
+bool& oneChannelPortableSlot() {
+  static bool portable = false;
+  return portable;
+}
+
+bool useOneChannelConv(const ConvGeom& g) {
+  return g.c == 1 && g.stride == 1 && g.dstNhwc && g.oc < 16 && !g.dyBlocked && !g.dxBlocked && !g.dyBf16 &&
+         g.oh() * g.ow() > 0 && static_cast<long>(g.ow()) * g.oc <= kMaxRow && g.kh * g.kw <= kMaxTaps;
+}
+
+void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
+                             const ConvGeom& g) {
+  const Rows r(g);
+  const bool emulated = emulatesBf16(dev);
+  float* wt = dev.scratch(kTapSlot, static_cast<std::size_t>(r.taps() + 1) * r.Jp + kLanes);
+  wt = aligned(wt);
+  float* bias = wt + static_cast<std::size_t>(r.taps()) * r.Jp;
+  expandWeights(wt, bias, w, b, r, emulated && !g.wRounded);
+  float* xe = aligned(dev.scratch(kImageSlot, r.xeCount() + kLanes));
+  float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xeRows) * r.xpRow);
+  const bool vec = vectorKernels();
+  const Expansion expansion(r);
+  for (int n = 0; n < g.n; ++n) {
+    expandImage(xe, xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, emulated && !g.xRounded,
+                vec ? &expansion : nullptr);
+    float* yn = y + static_cast<std::size_t>(n) * r.oh * r.J;
+    if (vec) forwardRowsAvx512(yn, xe, wt, bias, r);
+    else forwardRowsPortable(yn, xe, wt, bias, r);
+  }
+}
+
+void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy, const float* x,
+                              const ConvGeom& g) {
+  const Rows r(g);
+  const bool emulated = emulatesBf16(dev), roundDy = emulated && !g.dyRounded;
+  const std::size_t sumCount = static_cast<std::size_t>(r.taps() + 1) * r.Jp;
+  float* sums = dev.scratch(kSumSlot, sumCount + kLanes);
+  sums = aligned(sums);
+  std::fill(sums, sums + sumCount, 0.f);
+  float* dyRows = dev.scratch(kDySlot, static_cast<std::size_t>(r.oh) * r.Jp + kLanes);
+  dyRows = aligned(dyRows);
+  float* xe = aligned(dev.scratch(kImageSlot, r.xeCount() + kLanes));
+  float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xeRows) * r.xpRow);
+  const bool vec = vectorKernels() && (r.kw == 3 || r.kw == 5);
+  const Expansion expansion(r);
+  for (int n = 0; n < g.n; ++n) {
+    // dy rows padded to whole vectors with zeros (and rounded in emulated bf16)
+    for (int oy = 0; oy < r.oh; ++oy) {
+      const float* from = dy + (static_cast<std::size_t>(n) * r.oh + oy) * r.J;
+      float* to = dyRows + static_cast<std::size_t>(oy) * r.Jp;
+      if (roundDy) roundToBf16(from, to, r.J);
+      else std::memcpy(to, from, r.J * sizeof(float));
+      std::fill(to + r.J, to + r.Jp, 0.f);
+    }
+    expandImage(xe, xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, emulated && !g.xRounded,
+                vectorKernels() ? &expansion : nullptr);
+    if (vec) weightSumsAvx512(sums, dyRows, xe, r);
+    else weightSumsPortable(sums, dyRows, xe, r);
+  }
+  // Each output channel's lanes, in the order of j.
+  for (int t = 0; t <= r.taps(); ++t) {
+    if (t == r.taps() && !db) break;
+    for (int o = 0; o < r.oc; ++o) {
+      float s = 0.f;
+      for (int j = o; j < r.J; j += r.oc) s += sums[static_cast<std::size_t>(t) * r.Jp + j];
+      float& to = t < r.taps() ? dw[o * r.taps() + t] : db[o];
+      to = g.overwriteGrads ? s : to + s;
+    }
+  }
+}
+
+}  // namespace xs::engine::detail

@@ -1,0 +1,161 @@
+// test_conv_one_channel.cpp: the one-input-channel convolution (conv_one_channel.cpp): its
+// AVX-512 kernels and portable loops against a scalar reference of the same sums, bit for bit;
+// against im2col to fp32's tolerance; emulated bf16 as fp32 on rounded operands.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "conv_onednn.hpp"
+#include "gemm.hpp"
+#include "golden_util.hpp"
+#include "ops.hpp"
+#include "test_util.hpp"
+
+namespace xs::engine {
+namespace {
+using golden::Vec;
+
+struct Case {
+  int n, h, w, oc, k, pad;
+};
+
+ConvGeom geom(const Case& c) {
+  ConvGeom g{c.n, 1, c.h, c.w, c.oc, c.k, c.k, 1, c.pad};
+  g.srcNhwc = g.dstNhwc = true;
+  return g;
+}
+
+struct Passes {
+  Vec y, dw, db;
+};
+
+// Forward, then backward without the input gradient, through ops.hpp's dispatch.
+Passes run(Device& dev, const ConvGeom& g, const Vec& x, const Vec& w, const Vec& b, const Vec& dy, bool bias,
+           const Vec& dwStart) {
+  Passes p{Vec(dy.size()), dwStart, Vec(g.oc, 0.5f)};
+  conv2dForward(dev, p.y.data(), x.data(), w.data(), bias ? b.data() : nullptr, g);
+  conv2dBackward(dev, nullptr, p.dw.data(), bias ? p.db.data() : nullptr, dy.data(), x.data(), w.data(), g);
+  return p;
+}
+
+// The sums conv_one_channel.cpp documents, in its order: y from the bias over taps (ky, kx) with
+// fused multiply-adds; each gradient lane j (of ow * oc) over images and rows, then the lanes of
+// an output channel in the order of j.
+Passes reference(const ConvGeom& g, const Vec& x, const Vec& w, const Vec& b, const Vec& dy, bool bias,
+                 const Vec& dwStart) {
+  const int oh = g.oh(), ow = g.ow(), oc = g.oc, taps = g.kh * g.kw, J = ow * oc;
+  auto xp = [&](int n, int iy, int ix) {
+    return iy < 0 || iy >= g.h || ix < 0 || ix >= g.w ? 0.f : x[(static_cast<std::size_t>(n) * g.h + iy) * g.w + ix];
+  };
+  Passes p{Vec(dy.size()), dwStart, Vec(oc, 0.5f)};
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < oh; ++oy)
+      for (int j = 0; j < J; ++j) {
+        const int ox = j / oc, o = j % oc;
+        float acc = bias ? b[o] : 0.f;
+        for (int ky = 0; ky < g.kh; ++ky)
+          for (int kx = 0; kx < g.kw; ++kx)
+            acc = std::fma(xp(n, oy + ky - g.pad, ox + kx - g.pad), w[o * taps + ky * g.kw + kx], acc);
+        p.y[(static_cast<std::size_t>(n) * oh + oy) * J + j] = acc;
+      }
+  std::vector<float> sums(static_cast<std::size_t>(taps + 1) * J, 0.f);
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < oh; ++oy)
+      for (int j = 0; j < J; ++j) {
+        const float d = dy[(static_cast<std::size_t>(n) * oh + oy) * J + j];
+        for (int t = 0; t < taps; ++t)
+          sums[t * J + j] = std::fma(d, xp(n, oy + t / g.kw - g.pad, j / oc + t % g.kw - g.pad), sums[t * J + j]);
+        sums[taps * J + j] += d;
+      }
+  for (int t = 0; t <= taps; ++t)
+    for (int o = 0; o < oc; ++o) {
+      float s = 0.f;
+      for (int j = o; j < J; j += oc) s += sums[t * J + j];
+      if (t < taps) p.dw[o * taps + t] = g.overwriteGrads ? s : p.dw[o * taps + t] + s;
+      else if (bias) p.db[o] = g.overwriteGrads ? s : p.db[o] + s;
+    }
+  return p;
+}
+
+// Shapes: LeNet-5's first layer; one output channel; 15 channels on a wide row (many vectors and
+// a partial last one); 3 and 7 wide taps (the portable weight sums); no padding.
+const Case kCases[] = {{3, 28, 28, 6, 5, 2}, {2, 12, 9, 1, 3, 0}, {2, 10, 30, 15, 3, 1}, {2, 7, 8, 4, 7, 3},
+                       {1, 40, 40, 13, 5, 1}};
+
+TEST(ConvOneChannel, KernelsMatchTheirScalarSumsBitForBit) {
+  Device dev;
+  for (const Case& c : kCases)
+    for (bool portable : {false, true})
+      for (bool bias : {true, false})
+        for (bool overwrite : {false, true}) {
+          ConvGeom g = geom(c);
+          g.overwriteGrads = overwrite;
+          ASSERT_TRUE(detail::useOneChannelConv(g));
+          const std::size_t xs = static_cast<std::size_t>(g.n) * g.h * g.w,
+                            ys = static_cast<std::size_t>(g.n) * g.oh() * g.ow() * g.oc,
+                            ws = static_cast<std::size_t>(g.oc) * g.kh * g.kw;
+          Vec x = test::pattern(xs, 1), w = test::pattern(ws, 2), b = test::pattern(g.oc, 3),
+              dy = test::pattern(ys, 4), dw0 = test::pattern(ws, 5);
+          detail::oneChannelPortableSlot() = portable;
+          const Passes got = run(dev, g, x, w, b, dy, bias, dw0);
+          detail::oneChannelPortableSlot() = false;
+          const Passes want = reference(g, x, w, b, dy, bias, dw0);
+          const std::string what = "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k) +
+                                   (portable ? " portable" : " vector") + (bias ? " bias" : "") +
+                                   (overwrite ? " overwrite" : "");
+          EXPECT_EQ(got.y, want.y) << what;
+          EXPECT_EQ(got.dw, want.dw) << what;
+          EXPECT_EQ(got.db, want.db) << what;
+        }
+}
+
+TEST(ConvOneChannel, AgreesWithIm2col) {
+  Device dev;
+  for (const Case& c : kCases) {
+    const ConvGeom g = geom(c);
+    const std::size_t xs = static_cast<std::size_t>(g.n) * g.h * g.w,
+                      ys = static_cast<std::size_t>(g.n) * g.oh() * g.ow() * g.oc,
+                      ws = static_cast<std::size_t>(g.oc) * g.kh * g.kw;
+    Vec x = test::pattern(xs, 6), w = test::pattern(ws, 7), b = test::pattern(g.oc, 8), dy = test::pattern(ys, 9),
+        dw0(ws, 0.f);
+    const Passes got = run(dev, g, x, w, b, dy, true, dw0);
+    setConvBackend(ConvBackend::kIm2col);
+    const Passes want = run(dev, g, x, w, b, dy, true, dw0);
+    setConvBackend(ConvBackend::kOneDnn);
+    golden::expectClose("y", got.y.data(), want.y, 1e-5, 1e-5);
+    golden::expectClose("dw", got.dw.data(), want.dw, 1e-5, 1e-5);
+    golden::expectClose("db", got.db.data(), want.db, 1e-5, 1e-5);
+  }
+}
+
+TEST(ConvOneChannel, EmulatedBf16IsFp32OnRoundedOperands) {
+  // x, w and dy rounded as the kernels build their rows, or told they are rounded already.
+  const ConvGeom g = geom(kCases[0]);
+  const std::size_t xs = static_cast<std::size_t>(g.n) * g.h * g.w,
+                    ys = static_cast<std::size_t>(g.n) * g.oh() * g.ow() * g.oc,
+                    ws = static_cast<std::size_t>(g.oc) * g.kh * g.kw;
+  Vec x = test::pattern(xs, 10), w = test::pattern(ws, 11), b = test::pattern(g.oc, 12), dy = test::pattern(ys, 13),
+      dw0(ws, 0.f);
+  Vec rx = x, rw = w, rdy = dy;
+  roundToBf16(rx.data(), rx.data(), rx.size());
+  roundToBf16(rw.data(), rw.data(), rw.size());
+  roundToBf16(rdy.data(), rdy.data(), rdy.size());
+  const Bf16Mode saved = bf16Mode();
+  setBf16Mode(Bf16Mode::kEmulated);
+  Device fp32, emulated(golden::bf16Options());
+  const Passes want = run(fp32, g, rx, rw, b, rdy, true, dw0);
+  const Passes raw = run(emulated, g, x, w, b, dy, true, dw0);
+  ConvGeom flagged = g;
+  flagged.xRounded = flagged.wRounded = flagged.dyRounded = true;
+  const Passes told = run(emulated, flagged, rx, rw, b, rdy, true, dw0);
+  setBf16Mode(saved);
+  for (const Passes* p : {&raw, &told}) {
+    EXPECT_EQ(p->y, want.y);
+    EXPECT_EQ(p->dw, want.dw);
+    EXPECT_EQ(p->db, want.db);
+  }
+}
+
+}  // namespace
+}  // namespace xs::engine
