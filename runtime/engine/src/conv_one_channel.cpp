@@ -8,8 +8,9 @@
 //   dw[o][t] = sum over j with j % oc == o of (sum over images and oy of dy[oy][j] * xe[oy + ky][j + kx * oc])
 //
 // so every load is contiguous and every lane works. (Aligned copies of xe per kx measured
-// slower: 5x the expansion's writes, and the kernels then read L2 instead of L1.) Each sum runs in a fixed order with fused
-// multiply-adds, the same in the AVX-512 kernels and the portable loops (tested bit for bit).
+// slower: 5x the expansion's writes, and the kernels then read L2 instead of L1.) Each sum runs
+// in a fixed order with fused multiply-adds, the same in the AVX-512 kernels and the portable
+// loops (tested bit for bit).
 // Emulated bf16 rounds x, w and dy as it builds xe, wt and its copy of dy.
 #include <algorithm>
 #include <cmath>
@@ -24,7 +25,7 @@ namespace xs::engine::detail {
 namespace {
 
 constexpr int kLanes = 16;
-constexpr int kMaxRow = 1024;  // ow * oc: wt stays in L2
+constexpr int kMaxRow = 1024;  // (w + 2 pad) * oc, so ow * oc too: wt stays in L2
 constexpr int kMaxTaps = 64;
 // Scratch slots: the GEMM paths' (conv_gemm_nhwc.cpp), which do not run at the same time.
 constexpr int kImageSlot = 0, kTapSlot = 1, kDySlot = 2, kSumSlot = 6, kPaddedSlot = 7;
@@ -182,9 +183,10 @@ void weightSumsPortable(float* sums, const float* dy, const float* xe, const Row
 template <int KW, int NV>
 __attribute__((target("avx512f"))) void weightBlock(float* sums, const float* dy, const float* xe, const Rows& r,
                                                     int ky, int v0) {
+  auto sum = [&](int kx, int i) { return sums + static_cast<std::size_t>(ky * r.kw + kx) * r.Jp + (v0 + i) * kLanes; };
   __m512 acc[KW][NV];
   for (int kx = 0; kx < KW; ++kx)
-    for (int i = 0; i < NV; ++i) acc[kx][i] = _mm512_load_ps(sums + static_cast<std::size_t>(ky * r.kw + kx) * r.Jp + (v0 + i) * kLanes);
+    for (int i = 0; i < NV; ++i) acc[kx][i] = _mm512_load_ps(sum(kx, i));
   for (int oy = 0; oy < r.oh; ++oy) {
     __m512 d[NV];
     for (int i = 0; i < NV; ++i) d[i] = _mm512_load_ps(dy + static_cast<std::size_t>(oy) * r.Jp + (v0 + i) * kLanes);
@@ -194,7 +196,7 @@ __attribute__((target("avx512f"))) void weightBlock(float* sums, const float* dy
     }
   }
   for (int kx = 0; kx < KW; ++kx)
-    for (int i = 0; i < NV; ++i) _mm512_store_ps(sums + static_cast<std::size_t>(ky * r.kw + kx) * r.Jp + (v0 + i) * kLanes, acc[kx][i]);
+    for (int i = 0; i < NV; ++i) _mm512_store_ps(sum(kx, i), acc[kx][i]);
 }
 
 // Taps 3 or 5 wide: KW x 3 accumulators and 3 of dy fit the 32 registers.
@@ -215,9 +217,11 @@ __attribute__((target("avx512f"))) void weightSumsAvx512(float* sums, const floa
   if (r.kw == 3) weightTapsAvx512<3>(sums, dy, xe, r);
   else weightTapsAvx512<5>(sums, dy, xe, r);
   float* bsum = sums + static_cast<std::size_t>(r.taps()) * r.Jp;
-  for (int oy = 0; oy < r.oh; ++oy)
+  for (int oy = 0; oy < r.oh; ++oy) {
+    const float* d = dy + static_cast<std::size_t>(oy) * r.Jp;
     for (int j = 0; j < r.Jp; j += kLanes)
-      _mm512_store_ps(bsum + j, _mm512_add_ps(_mm512_load_ps(bsum + j), _mm512_load_ps(dy + static_cast<std::size_t>(oy) * r.Jp + j)));
+      _mm512_store_ps(bsum + j, _mm512_add_ps(_mm512_load_ps(bsum + j), _mm512_load_ps(d + j)));
+  }
 }
 
 bool vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }
@@ -231,7 +235,7 @@ bool& oneChannelPortableSlot() {
 
 bool useOneChannelConv(const ConvGeom& g) {
   return g.c == 1 && g.stride == 1 && g.dstNhwc && g.oc < 16 && !g.dyBlocked && !g.dxBlocked && !g.dyBf16 &&
-         g.oh() * g.ow() > 0 && static_cast<long>(g.ow()) * g.oc <= kMaxRow && g.kh * g.kw <= kMaxTaps;
+         g.oh() * g.ow() > 0 && static_cast<long>(g.w + 2 * g.pad) * g.oc <= kMaxRow && g.kh * g.kw <= kMaxTaps;
 }
 
 void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
