@@ -11,7 +11,7 @@
 // slower: 5x the expansion's writes, and the kernels then read L2 instead of L1.) Each sum runs
 // in a fixed order with fused multiply-adds, the same in the AVX-512 kernels and the portable
 // loops (tested bit for bit).
-// Emulated bf16 rounds x, w and dy as it builds xe, wt and its copy of dy.
+// Emulated bf16 rounds x and dy once per call, and w as it builds wt.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,8 +27,10 @@ namespace {
 constexpr int kLanes = 16;
 constexpr int kMaxRow = 1024;  // (w + 2 pad) * oc, so ow * oc too: wt stays in L2
 constexpr int kMaxTaps = 64;
-// Scratch slots: the GEMM paths' (conv_gemm_nhwc.cpp), which do not run at the same time.
-constexpr int kImageSlot = 0, kTapSlot = 1, kDySlot = 2, kSumSlot = 6, kPaddedSlot = 7;
+// Scratch slots: the GEMM paths' (conv_gemm_nhwc.cpp and gemm()'s rounded copies), which do
+// not run at the same time.
+constexpr int kImageSlot = 0, kTapSlot = 1, kDySlot = 2, kRoundedXSlot = 4, kRoundedDySlot = 5, kSumSlot = 6,
+              kPaddedSlot = 7;
 
 // p rounded up to 64 bytes (scratch asked for one vector more).
 float* aligned(float* p) {
@@ -88,16 +90,12 @@ __attribute__((target("avx512f"))) void expandRowsAvx512(float* xe, const float*
   }
 }
 
-// Image x [h, w] -> xe (through xp, its padded rows, rounded to bf16 values when `round`).
-void expandImage(float* xe, float* xp, const float* x, const ConvGeom& g, const Rows& r, bool round,
-                 const Expansion* vec) {
+// Image x [h, w] -> xe (through xp, its padded rows).
+void expandImage(float* xe, float* xp, const float* x, const ConvGeom& g, const Rows& r, const Expansion* vec) {
   std::fill(xp, xp + static_cast<std::size_t>(r.xeRows) * r.xpRow, 0.f);
-  for (int iy = 0; iy < g.h; ++iy) {
-    float* row = xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad;
-    const float* src = x + static_cast<std::size_t>(iy) * g.w;
-    if (round) roundToBf16(src, row, g.w);
-    else std::memcpy(row, src, g.w * sizeof(float));
-  }
+  for (int iy = 0; iy < g.h; ++iy)
+    std::memcpy(xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad, x + static_cast<std::size_t>(iy) * g.w,
+                g.w * sizeof(float));
   if (vec) expandRowsAvx512(xe, xp, r, *vec);
   else expandRowsPortable(xe, xp, r);
 }
@@ -226,6 +224,15 @@ __attribute__((target("avx512f"))) void weightSumsAvx512(float* sums, const floa
 
 bool vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }
 
+// An operand as the kernels read it: in emulated bf16, unless it is bf16 values already,
+// rounded in one pass over the batch into scratch slot `slot`; else the operand itself.
+const float* operand(Device& dev, int slot, const float* v, std::size_t count, bool rounded) {
+  if (!emulatesBf16(dev) || rounded) return v;
+  float* t = dev.scratch(slot, count);
+  roundToBf16(v, t, count);
+  return t;
+}
+
 }  // namespace
 
 bool& oneChannelPortableSlot() {
@@ -250,9 +257,9 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xeRows) * r.xpRow);
   const bool vec = vectorKernels();
   const Expansion expansion(r);
+  x = operand(dev, kRoundedXSlot, x, static_cast<std::size_t>(g.n) * g.h * g.w, g.xRounded);
   for (int n = 0; n < g.n; ++n) {
-    expandImage(xe, xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, emulated && !g.xRounded,
-                vec ? &expansion : nullptr);
+    expandImage(xe, xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, vec ? &expansion : nullptr);
     float* yn = y + static_cast<std::size_t>(n) * r.oh * r.J;
     if (vec) forwardRowsAvx512(yn, xe, wt, bias, r);
     else forwardRowsPortable(yn, xe, wt, bias, r);
@@ -262,7 +269,6 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
 void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy, const float* x,
                               const ConvGeom& g) {
   const Rows r(g);
-  const bool emulated = emulatesBf16(dev), roundDy = emulated && !g.dyRounded;
   const std::size_t sumCount = static_cast<std::size_t>(r.taps() + 1) * r.Jp;
   float* sums = dev.scratch(kSumSlot, sumCount + kLanes);
   sums = aligned(sums);
@@ -273,17 +279,16 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xeRows) * r.xpRow);
   const bool vec = vectorKernels() && (r.kw == 3 || r.kw == 5);
   const Expansion expansion(r);
+  x = operand(dev, kRoundedXSlot, x, static_cast<std::size_t>(g.n) * g.h * g.w, g.xRounded);
+  dy = operand(dev, kRoundedDySlot, dy, static_cast<std::size_t>(g.n) * r.oh * r.J, g.dyRounded);
   for (int n = 0; n < g.n; ++n) {
-    // dy rows padded to whole vectors with zeros (and rounded in emulated bf16)
+    // dy rows padded to whole vectors with zeros
     for (int oy = 0; oy < r.oh; ++oy) {
-      const float* from = dy + (static_cast<std::size_t>(n) * r.oh + oy) * r.J;
       float* to = dyRows + static_cast<std::size_t>(oy) * r.Jp;
-      if (roundDy) roundToBf16(from, to, r.J);
-      else std::memcpy(to, from, r.J * sizeof(float));
+      std::memcpy(to, dy + (static_cast<std::size_t>(n) * r.oh + oy) * r.J, r.J * sizeof(float));
       std::fill(to + r.J, to + r.Jp, 0.f);
     }
-    expandImage(xe, xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, emulated && !g.xRounded,
-                vectorKernels() ? &expansion : nullptr);
+    expandImage(xe, xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, vectorKernels() ? &expansion : nullptr);
     if (vec) weightSumsAvx512(sums, dyRows, xe, r);
     else weightSumsPortable(sums, dyRows, xe, r);
   }
