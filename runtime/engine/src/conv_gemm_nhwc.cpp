@@ -87,7 +87,7 @@ Patches patches(Device& dev, const float* x, const ConvGeom& g, int n0, int nb) 
 
 // c [M, N] (+)= op(a) [M, K] * op(b) [K, N], with a or b possibly bf16 patches (dense). In
 // emulated bf16 every operand reaching here is bf16 values already (patches(), weightsOhwi(),
-// roundedDy()), so the GEMM does not round copies of them again.
+// dy rounded once per chunk), so the GEMM does not round copies of them again.
 void product(Device& dev, bool ta, bool tb, int M, int N, int K, Patches a, int lda, Patches b, int ldb,
              float beta, float* c, int ldc) {
   if ((a.bf16 || b.bf16) && gemmBf16(dev, ta, tb, M, N, K, a.data, a.bf16, lda, b.data, b.bf16, ldb, beta, c, ldc))
@@ -128,27 +128,36 @@ void col2imNhwc(float* dx, const float* dcol, const ConvGeom& g, int n0, int nb)
   }
 }
 
-// The weights' two orders, [oc, c, kh*kw] (the store's) and [oc, kh*kw, c] (the patches'):
-// per output channel a [c, khw] <-> [khw, c] transpose, vectorised along c (strided loads or
-// stores of one tap). toOhwi: w -> wt, rounded to bf16 values when `round`; else dw (+)= wt.
+// The weights' two orders, [oc, c, kh*kw] (the store's) and [oc, kh*kw, c] (the patches'): per
+// output channel a [c, khw] <-> [khw, c] transpose, vectorised along c (strided loads or stores
+// of one tap). Rounded to bf16 values on the way to the patches' order when Round.
+template <bool Round>
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void transposeTaps(float* w, float* wt, int oc, int c, int khw, bool toOhwi, bool round, bool add) {
+void tapsToOhwi(float* wt, const float* w, int oc, int c, int khw) {
   for (int o = 0; o < oc; ++o)
     for (int k = 0; k < khw; ++k) {
       float* t = wt + (static_cast<std::size_t>(o) * khw + k) * c;
-      float* s = w + static_cast<std::size_t>(o) * c * khw + k;
-      if (toOhwi && round) {
+      const float* s = w + static_cast<std::size_t>(o) * c * khw + k;
 #pragma omp simd
-        for (int ci = 0; ci < c; ++ci) t[ci] = roundToBf16(s[static_cast<std::size_t>(ci) * khw]);
-      } else if (toOhwi) {
+      for (int ci = 0; ci < c; ++ci) {
+        const float v = s[static_cast<std::size_t>(ci) * khw];
+        t[ci] = Round ? roundToBf16(v) : v;
+      }
+    }
+}
+
+// dw [oc, c, kh*kw] = or += wt [oc, kh*kw, c]
+template <bool Add>
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void tapsFromOhwi(float* dw, const float* wt, int oc, int c, int khw) {
+  for (int o = 0; o < oc; ++o)
+    for (int k = 0; k < khw; ++k) {
+      const float* t = wt + (static_cast<std::size_t>(o) * khw + k) * c;
+      float* s = dw + static_cast<std::size_t>(o) * c * khw + k;
 #pragma omp simd
-        for (int ci = 0; ci < c; ++ci) t[ci] = s[static_cast<std::size_t>(ci) * khw];
-      } else if (add) {
-#pragma omp simd
-        for (int ci = 0; ci < c; ++ci) s[static_cast<std::size_t>(ci) * khw] += t[ci];
-      } else {
-#pragma omp simd
-        for (int ci = 0; ci < c; ++ci) s[static_cast<std::size_t>(ci) * khw] = t[ci];
+      for (int ci = 0; ci < c; ++ci) {
+        float& v = s[static_cast<std::size_t>(ci) * khw];
+        v = Add ? v + t[ci] : t[ci];
       }
     }
 }
@@ -157,17 +166,8 @@ void transposeTaps(float* w, float* wt, int oc, int c, int khw, bool toOhwi, boo
 // the store's rounded mirror already)
 float* weightsOhwi(Device& dev, const float* w, const ConvGeom& g) {
   float* wt = dev.scratch(kWeightSlot, static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw);
-  transposeTaps(const_cast<float*>(w), wt, g.oc, g.c, g.kh * g.kw, true, emulatesBf16(dev) && !g.wRounded, false);
+  (emulatesBf16(dev) && !g.wRounded ? tapsToOhwi<true> : tapsToOhwi<false>)(wt, w, g.oc, g.c, g.kh * g.kw);
   return wt;
-}
-
-// dy rows [rows, oc] as the products read them: rounded to bf16 values into scratch in emulated
-// bf16 (unless they are already), else dy itself.
-const float* roundedDy(Device& dev, const float* dy, std::size_t count, const ConvGeom& g) {
-  if (!emulatesBf16(dev) || g.dyRounded) return dy;
-  float* r = dev.scratch(kDySlot, count);
-  roundToBf16(dy, r, count);
-  return r;
 }
 
 }  // namespace
@@ -200,8 +200,8 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
   if (db && g.overwriteGrads) std::memset(db, 0, static_cast<std::size_t>(g.oc) * sizeof(float));
   for (int n0 = 0; n0 < g.n; n0 += nbMax) {
     const int nb = std::min(nbMax, g.n - n0), rows = nb * ohw;
-    const float* dyc = roundedDy(dev, dy + static_cast<std::size_t>(n0) * ohw * g.oc,
-                                 static_cast<std::size_t>(rows) * g.oc, g);
+    const float* dyc = dy + static_cast<std::size_t>(n0) * ohw * g.oc;
+    if (emulatesBf16(dev) && !g.dyRounded) dyc = roundedScratch(dev, kDySlot, dyc, std::size_t{1} * rows * g.oc);
     if (db && nativeBf16(dev)) {
       // As oneDNN's bf16 backward-weights: the bias gradient sums dy as the products read it.
       for (int r = 0; r < rows; ++r)
@@ -219,7 +219,7 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
     col2imNhwc(dx, dcol, g, n0, nb);
   }
   // dw [oc, c, kh, kw] (+)= dwt [oc, kh, kw, c]
-  transposeTaps(dw, dwt, g.oc, g.c, khw, false, false, !g.overwriteGrads);
+  (g.overwriteGrads ? tapsFromOhwi<false> : tapsFromOhwi<true>)(dw, dwt, g.oc, g.c, khw);
 }
 
 }  // namespace xs::engine::detail

@@ -224,14 +224,6 @@ __attribute__((target("avx512f"))) void weightSumsAvx512(float* sums, const floa
 
 bool vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }
 
-// An operand as the kernels read it: in emulated bf16, unless it is bf16 values already,
-// rounded in one pass over the batch into scratch slot `slot`; else the operand itself.
-const float* operand(Device& dev, int slot, const float* v, std::size_t count, bool rounded) {
-  if (!emulatesBf16(dev) || rounded) return v;
-  float* t = dev.scratch(slot, count);
-  roundToBf16(v, t, count);
-  return t;
-}
 
 }  // namespace
 
@@ -257,7 +249,8 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xeRows) * r.xpRow);
   const bool vec = vectorKernels();
   const Expansion expansion(r);
-  x = operand(dev, kRoundedXSlot, x, static_cast<std::size_t>(g.n) * g.h * g.w, g.xRounded);
+  const std::size_t xCount = static_cast<std::size_t>(g.n) * g.h * g.w;
+  if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, xCount);
   for (int n = 0; n < g.n; ++n) {
     expandImage(xe, xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, vec ? &expansion : nullptr);
     float* yn = y + static_cast<std::size_t>(n) * r.oh * r.J;
@@ -279,8 +272,11 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xeRows) * r.xpRow);
   const bool vec = vectorKernels() && (r.kw == 3 || r.kw == 5);
   const Expansion expansion(r);
-  x = operand(dev, kRoundedXSlot, x, static_cast<std::size_t>(g.n) * g.h * g.w, g.xRounded);
-  dy = operand(dev, kRoundedDySlot, dy, static_cast<std::size_t>(g.n) * r.oh * r.J, g.dyRounded);
+  const bool emulated = emulatesBf16(dev);
+  const std::size_t xCount = static_cast<std::size_t>(g.n) * g.h * g.w;
+  const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.J;
+  if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, xCount);
+  if (emulated && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyCount);
   for (int n = 0; n < g.n; ++n) {
     // dy rows padded to whole vectors with zeros
     for (int oy = 0; oy < r.oh; ++oy) {

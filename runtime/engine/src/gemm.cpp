@@ -58,11 +58,10 @@ void pack(const float* X, int ld, bool trans, int rows, int cols, float* out, bo
 
 // The stored [rows, cols] block of X (row stride ld) rounded to bf16, dense, in scratch slot.
 const float* roundedDense(Device& dev, int slot, const float* X, int ld, int rows, int cols) {
+  if (ld == cols) return roundedScratch(dev, slot, X, static_cast<std::size_t>(rows) * cols);
   float* out = dev.scratch(slot, static_cast<std::size_t>(rows) * cols);
-  if (ld == cols) roundToBf16(X, out, static_cast<std::size_t>(rows) * cols);
-  else
-    for (int r = 0; r < rows; ++r)
-      roundToBf16(X + static_cast<std::size_t>(r) * ld, out + static_cast<std::size_t>(r) * cols, cols);
+  for (int r = 0; r < rows; ++r)
+    roundToBf16(X + static_cast<std::size_t>(r) * ld, out + static_cast<std::size_t>(r) * cols, cols);
   return out;
 }
 
@@ -146,6 +145,12 @@ const float* roundedCopy(Device& dev, Tensor& t, const float* src, std::size_t n
   t.ensure(dev, Shape{static_cast<int>(n)}, "bf16-rounded operand");
   roundToBf16(src, t.data(), n);
   return t.data();
+}
+
+const float* roundedScratch(Device& dev, int slot, const float* src, std::size_t n) {
+  float* out = dev.scratch(slot, n);
+  roundToBf16(src, out, n);
+  return out;
 }
 
 void gemmOfRounded(Device& dev, bool transA, bool transB, int M, int N, int K, const float* A, int lda,

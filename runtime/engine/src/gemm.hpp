@@ -47,6 +47,8 @@ void roundToBf16(const float* src, float* dst, std::size_t n);
 // src (n floats) rounded to bf16 into t, which grows to fit: emulated bf16's operands, rounded
 // once where a caller reuses them (a weight in forward and backward).
 const float* roundedCopy(Device& dev, Tensor& t, const float* src, std::size_t n);
+// The same into dev's scratch slot `slot` (grown to fit), for a caller with no tensor of its own.
+const float* roundedScratch(Device& dev, int slot, const float* src, std::size_t n);
 // gemm() on operands that are bf16 values already (roundedCopy): no second rounding.
 void gemmOfRounded(Device& dev, bool transA, bool transB, int M, int N, int K, const float* A, int lda,
                    const float* B, int ldb, float beta, float* C, int ldc);
