@@ -50,4 +50,12 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& oneChannelPortableSlot();
 
+// The input gradient of a channels-last stride-1 convolution into fewer than 16 input channels
+// (conv_narrow_data.cpp), chosen by useNarrowDataGradient in fp32 and emulated bf16; dx is
+// overwritten. The weight and bias gradients stay with the other paths.
+bool useNarrowDataGradient(const ConvGeom& g);
+void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g);
+// Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
+bool& narrowDataPortableSlot();
+
 }  // namespace xs::engine::detail

@@ -297,6 +297,12 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
                          "channels last, Winograd or one input channel): ask conv2dGradsBlocked16 first");
     return;
   }
+  if (dx && convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && !detail::useNhwcGemm(g) &&
+      detail::useNarrowDataGradient(g)) {
+    detail::conv2dDataGradientNarrow(dev, dx, dy, w, g);
+    if (dw) conv2dBackward(dev, nullptr, dw, db, dy, x, w, g);
+    return;
+  }
   if (!dx && dw && convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && detail::useOneChannelConv(g)) {
     detail::conv2dBackwardOneChannel(dev, dw, db, dy, x, g);
     return;

@@ -1,0 +1,135 @@
+// test_conv_narrow_data.cpp: the input gradient into few channels (conv_narrow_data.cpp): its
+// AVX-512 kernels and portable loops against a scalar reference of the same sums, bit for bit;
+// the whole backward against im2col to fp32's tolerance; emulated bf16 as fp32 on rounded
+// operands.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "conv_onednn.hpp"
+#include "gemm.hpp"
+#include "golden_util.hpp"
+#include "ops.hpp"
+#include "test_util.hpp"
+
+namespace xs::engine {
+namespace {
+using golden::Vec;
+
+struct Case {
+  int n, c, h, w, oc, k, pad;
+};
+
+ConvGeom geom(const Case& c) {
+  ConvGeom g{c.n, c.c, c.h, c.w, c.oc, c.k, c.k, 1, c.pad};
+  g.srcNhwc = g.dstNhwc = true;
+  return g;
+}
+
+std::size_t xCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.h * g.w * g.c; }
+std::size_t yCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.oh() * g.ow() * g.oc; }
+std::size_t wCount(const ConvGeom& g) { return static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw; }
+
+// The sums conv_narrow_data.cpp documents, in its order: per image, output row and group of
+// pixels (2 or 4, ceil(ow / P) apart), each pixel's run t over o from zero with fused
+// multiply-adds, then added into the padded dx.
+Vec reference(const ConvGeom& g, const Vec& dy, const Vec& w) {
+  const int oh = g.oh(), ow = g.ow(), run = g.kw * g.c, vk = (run + 15) / 16;
+  const int P = g.kh * vk <= 7 ? 4 : 2, step = (ow + P - 1) / P, hp = g.h + 2 * g.pad, wp = g.w + 2 * g.pad;
+  Vec dx(xCount(g));
+  for (int n = 0; n < g.n; ++n) {
+    Vec dxp(static_cast<std::size_t>(hp) * wp * g.c, 0.f);
+    for (int oy = 0; oy < oh; ++oy)
+      for (int gi = 0; gi < step; ++gi)
+        for (int k = 0; k < P; ++k) {
+          const int ox = gi + k * step;
+          if (ox >= ow) continue;
+          for (int ky = 0; ky < g.kh; ++ky)
+            for (int j = 0; j < run; ++j) {
+              const int kx = j / g.c, ci = j % g.c;
+              float t = 0.f;
+              for (int o = 0; o < g.oc; ++o)
+                t = std::fma(dy[((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * g.oc + o],
+                             w[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx], t);
+              dxp[(static_cast<std::size_t>(oy + ky) * wp + ox + kx) * g.c + ci] += t;
+            }
+        }
+    for (int iy = 0; iy < g.h; ++iy)
+      for (int ix = 0; ix < g.w; ++ix)
+        for (int ci = 0; ci < g.c; ++ci)
+          dx[((static_cast<std::size_t>(n) * g.h + iy) * g.w + ix) * g.c + ci] =
+              dxp[(static_cast<std::size_t>(iy + g.pad) * wp + ix + g.pad) * g.c + ci];
+  }
+  return dx;
+}
+
+// Shapes: LeNet-5's conv 2 (6 channels, 5 x 5: two pixels a group); 3 channels 3 x 3 (one
+// vector a tap row: four pixels a group, an odd row); 1 channel; 15 channels 3 x 3 wide (three
+// vectors a tap row); padding 1 and 2; 7 x 7 taps of 2 channels (kh * vk = 7).
+const Case kCases[] = {{3, 6, 14, 14, 16, 5, 0}, {2, 3, 9, 11, 8, 3, 1}, {2, 1, 12, 10, 5, 5, 2},
+                       {2, 15, 7, 20, 32, 3, 1}, {1, 2, 16, 16, 4, 7, 3}};
+
+TEST(ConvNarrowData, KernelsMatchTheirScalarSumsBitForBit) {
+  Device dev;
+  for (const Case& c : kCases)
+    for (bool portable : {false, true}) {
+      const ConvGeom g = geom(c);
+      ASSERT_TRUE(detail::useNarrowDataGradient(g));
+      Vec w = test::pattern(wCount(g), 1), dy = test::pattern(yCount(g), 2), dx(xCount(g), 7.f);
+      detail::narrowDataPortableSlot() = portable;
+      detail::conv2dDataGradientNarrow(dev, dx.data(), dy.data(), w.data(), g);
+      detail::narrowDataPortableSlot() = false;
+      EXPECT_EQ(dx, reference(g, dy, w)) << "c " << c.c << " k " << c.k << (portable ? " portable" : " vector");
+    }
+}
+
+struct Grads {
+  Vec dx, dw, db;
+};
+
+Grads backward(Device& dev, const ConvGeom& g, const Vec& x, const Vec& w, const Vec& dy) {
+  Grads r{Vec(xCount(g)), Vec(wCount(g), 0.f), Vec(g.oc, 0.f)};
+  conv2dBackward(dev, r.dx.data(), r.dw.data(), r.db.data(), dy.data(), x.data(), w.data(), g);
+  return r;
+}
+
+TEST(ConvNarrowData, BackwardAgreesWithIm2col) {
+  Device dev;
+  for (const Case& c : kCases) {
+    const ConvGeom g = geom(c);
+    Vec x = test::pattern(xCount(g), 3), w = test::pattern(wCount(g), 4), dy = test::pattern(yCount(g), 5);
+    const Grads got = backward(dev, g, x, w, dy);
+    setConvBackend(ConvBackend::kIm2col);
+    const Grads want = backward(dev, g, x, w, dy);
+    setConvBackend(ConvBackend::kOneDnn);
+    golden::expectClose("dx", got.dx.data(), want.dx, 1e-5, 1e-5);
+    golden::expectClose("dw", got.dw.data(), want.dw, 1e-5, 1e-5);
+    golden::expectClose("db", got.db.data(), want.db, 1e-5, 1e-5);
+  }
+}
+
+TEST(ConvNarrowData, EmulatedBf16IsFp32OnRoundedOperands) {
+  // w and dy rounded as the kernel builds its rows, or told they are rounded already.
+  const ConvGeom g = geom(kCases[0]);
+  Vec w = test::pattern(wCount(g), 6), dy = test::pattern(yCount(g), 7);
+  Vec rw = w, rdy = dy;
+  roundToBf16(rw.data(), rw.data(), rw.size());
+  roundToBf16(rdy.data(), rdy.data(), rdy.size());
+  const Bf16Mode saved = bf16Mode();
+  setBf16Mode(Bf16Mode::kEmulated);
+  Device fp32, emulated(golden::bf16Options());
+  Vec want(xCount(g)), raw(xCount(g)), told(xCount(g));
+  detail::conv2dDataGradientNarrow(fp32, want.data(), rdy.data(), rw.data(), g);
+  detail::conv2dDataGradientNarrow(emulated, raw.data(), dy.data(), w.data(), g);
+  ConvGeom flagged = g;
+  flagged.wRounded = flagged.dyRounded = true;
+  detail::conv2dDataGradientNarrow(emulated, told.data(), rdy.data(), rw.data(), flagged);
+  setBf16Mode(saved);
+  EXPECT_EQ(raw, want);
+  EXPECT_EQ(told, want);
+}
+
+}  // namespace
+}  // namespace xs::engine
