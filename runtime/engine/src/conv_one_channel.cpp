@@ -1,17 +1,21 @@
 // conv_one_channel.cpp: convolutions of one input channel into fewer than 16 channels-last
 // output channels, stride 1 (LeNet-5's first layer, 1 -> 6). oneDNN vectorises such a layer over
-// its output channels and fills 6 of 16 lanes (32 GFLOP/s, docs/engine.md). Here one output
-// row, [ow, oc] flattened, is the vector: with xe the padded image whose every pixel is repeated
-// oc times, and wt[t] tap t's weights repeated along the row,
+// its output channels and fills 6 of 16 lanes (32 GFLOP/s, docs/engine.md). The sums, with xe
+// the padded image whose every pixel is repeated oc times, and wt[t] tap t's weights repeated
+// along an output row [ow, oc]:
 //
 //   y[oy][j] = b[j % oc] + sum over taps t = (ky, kx) of xe[oy + ky][j + kx * oc] * wt[t][j]
 //   dw[o][t] = sum over j with j % oc == o of (sum over images and oy of dy[oy][j] * xe[oy + ky][j + kx * oc])
 //
-// so every load is contiguous and every lane works. (Aligned copies of xe per kx measured
-// slower: 5x the expansion's writes, and the kernels then read L2 instead of L1.) Each sum runs
-// in a fixed order with fused multiply-adds, the same in the AVX-512 kernels and the portable
-// loops (tested bit for bit).
-// Emulated bf16 rounds x and dy once per call, and w as it builds wt.
+// The weight gradient and the portable forward take a row as the vector, so every load is
+// contiguous and every lane works. The AVX-512 forward makes the same sums with 16 pixels of one
+// channel as the vector instead: one load of the padded image per tap serves every channel
+// (the row form's loads straddle cache lines: 0.7 multiply-adds a cycle), and the channels
+// interleave into the row on the way out. (Aligned copies of xe per kx measured slower: 5x the
+// expansion's writes, and the kernels then read L2 instead of L1.) Each sum runs in a fixed
+// order with fused multiply-adds, the same in the AVX-512 kernels and the portable loops
+// (tested bit for bit).
+// Emulated bf16 rounds x and dy once per call, and w as it builds wt (or its rounded copy).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -90,12 +94,17 @@ __attribute__((target("avx512f"))) void expandRowsAvx512(float* xe, const float*
   }
 }
 
-// Image x [h, w] -> xe (through xp, its padded rows).
-void expandImage(float* xe, float* xp, const float* x, const ConvGeom& g, const Rows& r, const Expansion* vec) {
+// Image x [h, w] -> xp, its padded rows.
+void padImage(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
   std::fill(xp, xp + static_cast<std::size_t>(r.xeRows) * r.xpRow, 0.f);
   for (int iy = 0; iy < g.h; ++iy)
     std::memcpy(xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad, x + static_cast<std::size_t>(iy) * g.w,
                 g.w * sizeof(float));
+}
+
+// Image x [h, w] -> xe (through xp).
+void expandImage(float* xe, float* xp, const float* x, const ConvGeom& g, const Rows& r, const Expansion* vec) {
+  padImage(xp, x, g, r);
   if (vec) expandRowsAvx512(xe, xp, r, *vec);
   else expandRowsPortable(xe, xp, r);
 }
@@ -121,44 +130,86 @@ void forwardRowsPortable(float* y, const float* xe, const float* wt, const float
     }
 }
 
-// NV vectors of one output row from vector v0 on, accumulated in registers over every tap.
-template <int NV>
-__attribute__((target("avx512f"))) void forwardBlock(float* yrow, const float* xe, const float* wt, const float* bias,
-                                                     const Rows& r, int oy, int v0) {
-  __m512 acc[NV];
-  for (int i = 0; i < NV; ++i) acc[i] = _mm512_load_ps(bias + (v0 + i) * kLanes);
+// The AVX-512 forward runs the same sums the other way round: a vector is 16 pixels of an
+// output row, one per channel, from the padded image xp (each tap one load shared by every
+// channel, each weight one broadcast shared by R rows), and the channels' vectors interleave
+// into [ow, oc] on the way out.
+// Interleaving oc vectors of 16 pixels: output vector v's lane l is pixel p = (16 v + l) / oc of
+// channel ch = (16 v + l) % oc, taken from the pair of channels (ch - ch % 2, +1) by one
+// two-source permute (index p, plus 16 for the odd channel), then blended in by pairs.
+struct Interleave {
+  alignas(64) int index[kLanes][kLanes];
+  __mmask16 pair[kLanes][kLanes / 2];  // [v][ch / 2]: the lanes of v that channel pair takes
+  explicit Interleave(int oc) {
+    for (int v = 0; v < oc; ++v) {
+      for (int j = 0; j < kLanes / 2; ++j) pair[v][j] = 0;
+      for (int l = 0; l < kLanes; ++l) {
+        const int q = v * kLanes + l, ch = q % oc;
+        index[v][l] = q / oc + (ch % 2) * kLanes;
+        pair[v][ch / 2] = static_cast<__mmask16>(pair[v][ch / 2] | (1u << l));
+      }
+    }
+  }
+};
+
+// Rows oy0.. (R of them, those past oh computed on a clamped row and dropped) of pixel block
+// [16 b, 16 b + 16) into y, OC channels.
+template <int OC, int R>
+__attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, const float* w, const float* b,
+                                                    const Rows& r, const Interleave& il, int oy0, int blk) {
+  __m512 acc[R][OC];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int o = 0; o < OC; ++o) acc[i][o] = _mm512_set1_ps(b ? b[o] : 0.f);
+  const float* rows[R];
+  for (int i = 0; i < R; ++i)
+    rows[i] = xp + static_cast<std::size_t>(std::min(oy0 + i, r.oh - 1)) * r.xpRow + blk * kLanes;
+  const int taps = r.taps();
   for (int ky = 0; ky < r.kh; ++ky)
     for (int kx = 0; kx < r.kw; ++kx) {
-      const float* xr = r.xe(xe, kx, oy + ky) + v0 * kLanes;
-      const float* wr = wt + static_cast<std::size_t>(ky * r.kw + kx) * r.Jp + v0 * kLanes;
-      for (int i = 0; i < NV; ++i)
-        acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + i * kLanes), _mm512_load_ps(wr + i * kLanes), acc[i]);
+      __m512 xv[R];
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) xv[i] = _mm512_loadu_ps(rows[i] + static_cast<std::size_t>(ky) * r.xpRow + kx);
+#pragma GCC unroll 16
+      for (int o = 0; o < OC; ++o) {
+        const __m512 wv = _mm512_set1_ps(w[o * taps + ky * r.kw + kx]);
+#pragma GCC unroll 16
+        for (int i = 0; i < R; ++i) acc[i][o] = _mm512_fmadd_ps(xv[i], wv, acc[i][o]);
+      }
     }
-  for (int i = 0; i < NV; ++i) {
-    const int j = (v0 + i) * kLanes;
-    const __mmask16 m = r.J - j >= kLanes ? __mmask16(0xffff) : __mmask16((1u << (r.J - j)) - 1);
-    _mm512_mask_storeu_ps(yrow + j, m, acc[i]);
+  const int valid = std::min(kLanes, r.ow - blk * kLanes) * OC;  // values of this block's row
+  for (int i = 0; i < R && oy0 + i < r.oh; ++i) {
+    float* to = y + (static_cast<std::size_t>(oy0 + i) * r.ow + blk * kLanes) * OC;
+    for (int v = 0; v < OC && v * kLanes < valid; ++v) {
+      const __m512i index = _mm512_load_si512(il.index[v]);
+      __m512 out = _mm512_permutex2var_ps(acc[i][0], index, acc[i][OC > 1 ? 1 : 0]);
+#pragma GCC unroll 8
+      for (int j = 1; 2 * j < OC; ++j)
+        out = _mm512_mask_blend_ps(il.pair[v][j], out,
+                                   _mm512_permutex2var_ps(acc[i][2 * j], index, acc[i][std::min(2 * j + 1, OC - 1)]));
+      const int left = valid - v * kLanes;
+      _mm512_mask_storeu_ps(to + v * kLanes, left >= kLanes ? __mmask16(0xffff) : __mmask16((1u << left) - 1), out);
+    }
   }
 }
 
-__attribute__((target("avx512f"))) void forwardRowsAvx512(float* y, const float* xe, const float* wt,
-                                                            const float* bias, const Rows& r) {
-  const int nv = r.Jp / kLanes;
-  for (int oy = 0; oy < r.oh; ++oy) {
-    float* yrow = y + static_cast<std::size_t>(oy) * r.J;
-    int v = 0;
-    for (; v + 8 <= nv; v += 8) forwardBlock<8>(yrow, xe, wt, bias, r, oy, v);
-    switch (nv - v) {
-      case 7: forwardBlock<7>(yrow, xe, wt, bias, r, oy, v); break;
-      case 6: forwardBlock<6>(yrow, xe, wt, bias, r, oy, v); break;
-      case 5: forwardBlock<5>(yrow, xe, wt, bias, r, oy, v); break;
-      case 4: forwardBlock<4>(yrow, xe, wt, bias, r, oy, v); break;
-      case 3: forwardBlock<3>(yrow, xe, wt, bias, r, oy, v); break;
-      case 2: forwardBlock<2>(yrow, xe, wt, bias, r, oy, v); break;
-      case 1: forwardBlock<1>(yrow, xe, wt, bias, r, oy, v); break;
-      default: break;
-    }
-  }
+// Rows of R at a time: R * OC accumulators, at most 24, and R loads of x.
+template <int OC>
+__attribute__((target("avx512f"))) void forwardImageAvx512(float* y, const float* xp, const float* w,
+                                                             const float* b, const Rows& r, const Interleave& il) {
+  constexpr int R = OC <= 6 ? 4 : OC <= 8 ? 3 : OC <= 12 ? 2 : 1;
+  const int blocks = (r.ow + kLanes - 1) / kLanes;
+  for (int oy = 0; oy < r.oh; oy += R)
+    for (int blk = 0; blk < blocks; ++blk) forwardTile<OC, R>(y, xp, w, b, r, il, oy, blk);
+}
+
+using ForwardImage = void (*)(float*, const float*, const float*, const float*, const Rows&, const Interleave&);
+
+template <std::size_t... I>
+ForwardImage forwardImage(int oc, std::index_sequence<I...>) {
+  static constexpr ForwardImage kTable[] = {&forwardImageAvx512<static_cast<int>(I) + 1>...};
+  return kTable[oc - 1];
 }
 
 // ---- backward: weights and bias -------------------------------------------------------------
@@ -241,21 +292,26 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
                              const ConvGeom& g) {
   const Rows r(g);
   const bool emulated = emulatesBf16(dev);
-  float* wt = dev.scratch(kTapSlot, static_cast<std::size_t>(r.taps() + 1) * r.Jp + kLanes);
-  wt = aligned(wt);
+  const std::size_t xCount = static_cast<std::size_t>(g.n) * g.h * g.w;
+  if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, xCount);
+  float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xeRows) * r.xpRow);
+  if (vectorKernels()) {
+    if (emulated && !g.wRounded) w = roundedScratch(dev, kTapSlot, w, static_cast<std::size_t>(g.oc) * r.taps());
+    const Interleave il(g.oc);
+    const ForwardImage kernel = forwardImage(g.oc, std::make_index_sequence<kLanes - 1>());
+    for (int n = 0; n < g.n; ++n) {
+      padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r);
+      kernel(y + static_cast<std::size_t>(n) * r.oh * r.J, xp, w, b, r, il);
+    }
+    return;
+  }
+  float* wt = aligned(dev.scratch(kTapSlot, static_cast<std::size_t>(r.taps() + 1) * r.Jp + kLanes));
   float* bias = wt + static_cast<std::size_t>(r.taps()) * r.Jp;
   expandWeights(wt, bias, w, b, r, emulated && !g.wRounded);
   float* xe = aligned(dev.scratch(kImageSlot, r.xeCount() + kLanes));
-  float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xeRows) * r.xpRow);
-  const bool vec = vectorKernels();
-  const Expansion expansion(r);
-  const std::size_t xCount = static_cast<std::size_t>(g.n) * g.h * g.w;
-  if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, xCount);
   for (int n = 0; n < g.n; ++n) {
-    expandImage(xe, xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, vec ? &expansion : nullptr);
-    float* yn = y + static_cast<std::size_t>(n) * r.oh * r.J;
-    if (vec) forwardRowsAvx512(yn, xe, wt, bias, r);
-    else forwardRowsPortable(yn, xe, wt, bias, r);
+    expandImage(xe, xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, nullptr);
+    forwardRowsPortable(y + static_cast<std::size_t>(n) * r.oh * r.J, xe, wt, bias, r);
   }
 }
 
