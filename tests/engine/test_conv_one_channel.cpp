@@ -40,38 +40,42 @@ Passes run(Device& dev, const ConvGeom& g, const Vec& x, const Vec& w, const Vec
 }
 
 // The sums conv_one_channel.cpp documents, in its order: y from the bias over taps (ky, kx) with
-// fused multiply-adds; each gradient lane j (of ow * oc) over images and rows, then the lanes of
-// an output channel in the order of j.
+// fused multiply-adds; each gradient per lane l of 16-pixel blocks (dy zero past ow) over
+// images, rows and blocks, then the 16 lanes in order.
 Passes reference(const ConvGeom& g, const Vec& x, const Vec& w, const Vec& b, const Vec& dy, bool bias,
                  const Vec& dwStart) {
-  const int oh = g.oh(), ow = g.ow(), oc = g.oc, taps = g.kh * g.kw, J = ow * oc;
+  const int oh = g.oh(), ow = g.ow(), oc = g.oc, taps = g.kh * g.kw, blocks = (ow + 15) / 16;
   auto xp = [&](int n, int iy, int ix) {
     return iy < 0 || iy >= g.h || ix < 0 || ix >= g.w ? 0.f : x[(static_cast<std::size_t>(n) * g.h + iy) * g.w + ix];
   };
   Passes p{Vec(dy.size()), dwStart, Vec(oc, 0.5f)};
   for (int n = 0; n < g.n; ++n)
     for (int oy = 0; oy < oh; ++oy)
-      for (int j = 0; j < J; ++j) {
-        const int ox = j / oc, o = j % oc;
-        float acc = bias ? b[o] : 0.f;
-        for (int ky = 0; ky < g.kh; ++ky)
-          for (int kx = 0; kx < g.kw; ++kx)
-            acc = std::fma(xp(n, oy + ky - g.pad, ox + kx - g.pad), w[o * taps + ky * g.kw + kx], acc);
-        p.y[(static_cast<std::size_t>(n) * oh + oy) * J + j] = acc;
-      }
-  std::vector<float> sums(static_cast<std::size_t>(taps + 1) * J, 0.f);
+      for (int ox = 0; ox < ow; ++ox)
+        for (int o = 0; o < oc; ++o) {
+          float acc = bias ? b[o] : 0.f;
+          for (int ky = 0; ky < g.kh; ++ky)
+            for (int kx = 0; kx < g.kw; ++kx)
+              acc = std::fma(xp(n, oy + ky - g.pad, ox + kx - g.pad), w[o * taps + ky * g.kw + kx], acc);
+          p.y[((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * oc + o] = acc;
+        }
+  std::vector<float> sums(static_cast<std::size_t>(oc) * (taps + 1) * 16, 0.f);  // [oc][taps + 1][16]
   for (int n = 0; n < g.n; ++n)
     for (int oy = 0; oy < oh; ++oy)
-      for (int j = 0; j < J; ++j) {
-        const float d = dy[(static_cast<std::size_t>(n) * oh + oy) * J + j];
-        for (int t = 0; t < taps; ++t)
-          sums[t * J + j] = std::fma(d, xp(n, oy + t / g.kw - g.pad, j / oc + t % g.kw - g.pad), sums[t * J + j]);
-        sums[taps * J + j] += d;
-      }
-  for (int t = 0; t <= taps; ++t)
-    for (int o = 0; o < oc; ++o) {
+      for (int blk = 0; blk < blocks; ++blk)
+        for (int o = 0; o < oc; ++o)
+          for (int l = 0; l < 16; ++l) {
+            const int ox = blk * 16 + l;
+            const float d = ox < ow ? dy[((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * oc + o] : 0.f;
+            float* s = &sums[static_cast<std::size_t>(o) * (taps + 1) * 16 + l];
+            for (int t = 0; t < taps; ++t)
+              s[t * 16] = std::fma(d, xp(n, oy + t / g.kw - g.pad, ox + t % g.kw - g.pad), s[t * 16]);
+            s[taps * 16] += d;
+          }
+  for (int o = 0; o < oc; ++o)
+    for (int t = 0; t <= taps; ++t) {
       float s = 0.f;
-      for (int j = o; j < J; j += oc) s += sums[t * J + j];
+      for (int l = 0; l < 16; ++l) s += sums[(static_cast<std::size_t>(o) * (taps + 1) + t) * 16 + l];
       if (t < taps) p.dw[o * taps + t] = g.overwriteGrads ? s : p.dw[o * taps + t] + s;
       else if (bias) p.db[o] = g.overwriteGrads ? s : p.db[o] + s;
     }
