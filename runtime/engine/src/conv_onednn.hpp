@@ -41,7 +41,7 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
 
 // One input channel into fewer than 16 channels-last outputs, stride 1 (conv_one_channel.cpp),
 // chosen by useOneChannelConv in fp32 and emulated bf16: forward, and backward's weight and
-// bias gradients (the input gradient, when asked for, stays with oneDNN).
+// bias gradients (an input gradient, when asked for, takes the path below or oneDNN).
 bool useOneChannelConv(const ConvGeom& g);
 void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
                              const ConvGeom& g);
