@@ -21,15 +21,7 @@ namespace xs::engine {
 namespace {
 using namespace golden;
 
-// Sets the process-wide bf16 mode for one test and puts the previous one back.
-class ModeScope {
- public:
-  explicit ModeScope(Bf16Mode m) : saved_(bf16Mode()) { setBf16Mode(m); }
-  ~ModeScope() { setBf16Mode(saved_); }
-
- private:
-  Bf16Mode saved_;
-};
+using test::ModeScope;
 
 std::uint32_t bitsOf(float v) {
   std::uint32_t u;

@@ -101,9 +101,10 @@ TEST(ConvNarrowData, BackwardAgreesWithIm2col) {
     const ConvGeom g = geom(c);
     Vec x = test::pattern(xCount(g), 3), w = test::pattern(wCount(g), 4), dy = test::pattern(yCount(g), 5);
     const Grads got = backward(dev, g, x, w, dy);
-    setConvBackend(ConvBackend::kIm2col);
-    const Grads want = backward(dev, g, x, w, dy);
-    setConvBackend(ConvBackend::kOneDnn);
+    const Grads want = [&] {
+      test::ConvBackendScope im2col(ConvBackend::kIm2col);
+      return backward(dev, g, x, w, dy);
+    }();
     golden::expectClose("dx", got.dx.data(), want.dx, 1e-5, 1e-5);
     golden::expectClose("dw", got.dw.data(), want.dw, 1e-5, 1e-5);
     golden::expectClose("db", got.db.data(), want.db, 1e-5, 1e-5);
@@ -117,8 +118,7 @@ TEST(ConvNarrowData, EmulatedBf16IsFp32OnRoundedOperands) {
   Vec rw = w, rdy = dy;
   roundToBf16(rw.data(), rw.data(), rw.size());
   roundToBf16(rdy.data(), rdy.data(), rdy.size());
-  const Bf16Mode saved = bf16Mode();
-  setBf16Mode(Bf16Mode::kEmulated);
+  test::ModeScope mode(Bf16Mode::kEmulated);
   Device fp32, emulated(golden::bf16Options());
   Vec want(xCount(g)), raw(xCount(g)), told(xCount(g));
   detail::conv2dDataGradientNarrow(fp32, want.data(), rdy.data(), rw.data(), g);
@@ -126,7 +126,6 @@ TEST(ConvNarrowData, EmulatedBf16IsFp32OnRoundedOperands) {
   ConvGeom flagged = g;
   flagged.wRounded = flagged.dyRounded = true;
   detail::conv2dDataGradientNarrow(emulated, told.data(), rdy.data(), rw.data(), flagged);
-  setBf16Mode(saved);
   EXPECT_EQ(raw, want);
   EXPECT_EQ(told, want);
 }

@@ -124,9 +124,10 @@ TEST(ConvOneChannel, AgreesWithIm2col) {
     Vec x = test::pattern(xs, 6), w = test::pattern(ws, 7), b = test::pattern(g.oc, 8), dy = test::pattern(ys, 9),
         dw0(ws, 0.f);
     const Passes got = run(dev, g, x, w, b, dy, true, dw0);
-    setConvBackend(ConvBackend::kIm2col);
-    const Passes want = run(dev, g, x, w, b, dy, true, dw0);
-    setConvBackend(ConvBackend::kOneDnn);
+    const Passes want = [&] {
+      test::ConvBackendScope im2col(ConvBackend::kIm2col);
+      return run(dev, g, x, w, b, dy, true, dw0);
+    }();
     golden::expectClose("y", got.y.data(), want.y, 1e-5, 1e-5);
     golden::expectClose("dw", got.dw.data(), want.dw, 1e-5, 1e-5);
     golden::expectClose("db", got.db.data(), want.db, 1e-5, 1e-5);
@@ -145,15 +146,13 @@ TEST(ConvOneChannel, EmulatedBf16IsFp32OnRoundedOperands) {
   roundToBf16(rx.data(), rx.data(), rx.size());
   roundToBf16(rw.data(), rw.data(), rw.size());
   roundToBf16(rdy.data(), rdy.data(), rdy.size());
-  const Bf16Mode saved = bf16Mode();
-  setBf16Mode(Bf16Mode::kEmulated);
+  test::ModeScope mode(Bf16Mode::kEmulated);
   Device fp32, emulated(golden::bf16Options());
   const Passes want = run(fp32, g, rx, rw, b, rdy, true, dw0);
   const Passes raw = run(emulated, g, x, w, b, dy, true, dw0);
   ConvGeom flagged = g;
   flagged.xRounded = flagged.wRounded = flagged.dyRounded = true;
   const Passes told = run(emulated, flagged, rx, rw, b, rdy, true, dw0);
-  setBf16Mode(saved);
   for (const Passes* p : {&raw, &told}) {
     EXPECT_EQ(p->y, want.y);
     EXPECT_EQ(p->dw, want.dw);

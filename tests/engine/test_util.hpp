@@ -8,12 +8,34 @@
 #include <string>
 #include <vector>
 
+#include "gemm.hpp"
+#include "ops.hpp"
 #include "rng.hpp"
 #include "xspawn/engine/model.hpp"
 #include "xspawn/models.hpp"
 #include "xspawn/optim.hpp"
 
 namespace xs::engine::test {
+
+// Sets the process-wide bf16 mode for one scope and puts the previous one back.
+class ModeScope {
+ public:
+  explicit ModeScope(Bf16Mode m) : saved_(bf16Mode()) { setBf16Mode(m); }
+  ~ModeScope() { setBf16Mode(saved_); }
+
+ private:
+  Bf16Mode saved_;
+};
+
+// The same for the convolution backend.
+class ConvBackendScope {
+ public:
+  explicit ConvBackendScope(ConvBackend b) : saved_(convBackend()) { setConvBackend(b); }
+  ~ConvBackendScope() { setConvBackend(saved_); }
+
+ private:
+  ConvBackend saved_;
+};
 
 inline std::vector<float> pattern(std::size_t n, std::uint64_t seed, float scale = 1.f) {
   std::vector<float> v(n);

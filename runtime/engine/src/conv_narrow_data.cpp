@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 #include <immintrin.h>
 #include <utility>
@@ -30,6 +29,9 @@ namespace {
 
 constexpr int kLanes = 16;
 constexpr int kMaxAcc = 14;  // accumulators a pixel: two pixels' and a weight fit 32 registers
+
+// Pixels a group for na accumulators a pixel: two, or four when four pixels' accumulators fit.
+constexpr int pixelsPerGroup(int na) { return na <= 7 ? 4 : 2; }
 // Scratch slots: the one-channel convolution's and the GEMM paths', which do not run meanwhile.
 constexpr int kWeightSlot = 1, kPaddedSlot = 2, kRoundedDySlot = 5;
 
@@ -40,8 +42,6 @@ struct Runs {
   explicit Runs(const ConvGeom& g)
       : c(g.c), oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), run(g.kw * g.c), vk((run + kLanes - 1) / kLanes),
         na(kh * vk), dxpRow((g.w + 2 * g.pad) * g.c), dxpRows(g.h + 2 * g.pad) {}
-  // Pixels a group: two, or four when four pixels' accumulators fit.
-  int pixels() const { return na <= 7 ? 4 : 2; }
   std::size_t wrCount() const { return static_cast<std::size_t>(oc) * na * kLanes; }
   // Lanes of accumulator a that hold values of the run.
   int valid(int a) const { return std::min(kLanes, run - (a % vk) * kLanes); }
@@ -100,7 +100,7 @@ __attribute__((target("avx512f"))) void rowAvx512(float* dxp, const float* dyRow
   __mmask16 lanes[NA];
   for (int a = 0; a < NA; ++a) {
     at[a] = static_cast<std::size_t>(a / r.vk) * r.dxpRow + (a % r.vk) * kLanes;
-    lanes[a] = static_cast<__mmask16>((1u << r.valid(a)) - 1);
+    lanes[a] = firstLanes(r.valid(a));
   }
   for (int gi = 0; gi < groups; ++gi) {
     const std::array<int, P> px = group<P>(r, gi);
@@ -139,7 +139,7 @@ using RowKernel = void (*)(float*, const float*, const float*, const Runs&);
 
 template <int NA>
 constexpr RowKernel avx512Kernel() {
-  return NA <= 7 ? &rowAvx512<NA, 4> : &rowAvx512<NA, 2>;
+  return &rowAvx512<NA, pixelsPerGroup(NA)>;
 }
 
 template <std::size_t... I>
@@ -150,11 +150,7 @@ RowKernel avx512Kernel(int na, std::index_sequence<I...>) {
 
 RowKernel rowKernel(const Runs& r) {
   if (cpuHasAvx512() && !narrowDataPortableSlot()) return avx512Kernel(r.na, std::make_index_sequence<kMaxAcc>());
-  return r.pixels() == 4 ? &rowPortable<4> : &rowPortable<2>;
-}
-
-float* aligned(float* p) {
-  return reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t{63});
+  return pixelsPerGroup(r.na) == 4 ? &rowPortable<4> : &rowPortable<2>;
 }
 
 }  // namespace
@@ -173,7 +169,7 @@ bool useNarrowDataGradient(const ConvGeom& g) {
 void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g) {
   const Runs r(g);
   const bool emulated = emulatesBf16(dev);
-  float* wr = aligned(dev.scratch(kWeightSlot, r.wrCount() + kLanes));
+  float* wr = dev.scratch(kWeightSlot, r.wrCount());  // 64-byte aligned, as every scratch slot
   tapRows(wr, w, g, r, emulated && !g.wRounded);
   const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.ow * r.oc;
   if (emulated && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyCount);

@@ -17,7 +17,6 @@
 // Emulated bf16 rounds x, dy and w once per call.
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 #include <immintrin.h>
 #include <utility>
@@ -32,11 +31,6 @@ constexpr int kLanes = 16;
 // Scratch slots: the GEMM paths' (conv_gemm_nhwc.cpp and gemm()'s rounded copies), which do
 // not run at the same time.
 constexpr int kWeightSlot = 1, kDySlot = 2, kRoundedXSlot = 4, kRoundedDySlot = 5, kSumSlot = 6, kPaddedSlot = 7;
-
-// p rounded up to 64 bytes (scratch asked for one vector more).
-float* aligned(float* p) {
-  return reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t{63});
-}
 
 // The geometry: xp [h + 2 pad][xpRow], rows of w + 2 pad pixels and then zeros, so that a vector
 // read from any block's tap stays in its row; blocks of 16 pixels per output row.
@@ -64,8 +58,6 @@ void padImage(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
     std::memcpy(xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad, x + static_cast<std::size_t>(iy) * g.w,
                 g.w * sizeof(float));
 }
-
-__mmask16 firstLanes(int n) { return n >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1); }
 
 // Between oc vectors of 16 pixels, one per channel, and the row [16, oc] they make (oc vectors):
 // row lane q = 16 v + l is pixel q / oc of channel q % oc. One two-source permute per pair of
@@ -304,10 +296,10 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
                               const ConvGeom& g) {
   const Rows r(g);
   const std::size_t sumCount = static_cast<std::size_t>(r.oc) * (r.taps() + 1) * kLanes;
-  float* s = aligned(dev.scratch(kSumSlot, sumCount + kLanes));
+  float* s = dev.scratch(kSumSlot, sumCount);  // 64-byte aligned, as every scratch slot
   float* bsum = s + static_cast<std::size_t>(r.oc) * r.taps() * kLanes;
   std::fill(s, s + sumCount, 0.f);
-  float* dyT = aligned(dev.scratch(kDySlot, r.dyT(r.oh, 0, 0) + kLanes));
+  float* dyT = dev.scratch(kDySlot, r.dyT(r.oh, 0, 0));
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
   const std::size_t xCount = static_cast<std::size_t>(g.n) * g.h * g.w;
   const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.ow * r.oc;

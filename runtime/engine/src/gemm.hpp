@@ -62,6 +62,11 @@ void sgemmOneDnn(bool transA, bool transB, int M, int N, int K, const float* A, 
 bool cpuHasBf16();
 // True when this CPU has AVX-512 (AVX512F): the kernels written with its intrinsics may run.
 bool cpuHasAvx512();
+// The mask of a 16-lane vector's first n lanes (all of them from 16 on), for AVX-512's masked
+// loads and stores (a __mmask16).
+inline std::uint16_t firstLanes(int n) {
+  return n >= 16 ? std::uint16_t{0xffff} : static_cast<std::uint16_t>((1u << n) - 1);
+}
 
 // How bf16 precision runs. kNative: oneDNN's bf16 kernels (AMX tiles, or vdpbf16ps).
 // kEmulated: the operands are rounded to bf16 and the fp32 kernels run on them. A product of

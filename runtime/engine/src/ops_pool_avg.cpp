@@ -122,10 +122,6 @@ void nhwcBackwardLoops(float* dx, const float* dy, const PoolGeom& g) {
 
 #define XS_AVX512 __attribute__((target("avx512f")))
 
-XS_AVX512 inline __mmask16 lanesMask(int lanes) {
-  return lanes >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << lanes) - 1);
-}
-
 // 16 lanes rounded to bf16 by the one rounding rule (gemm.hpp's roundToBf16), which this loop
 // vectorises.
 XS_AVX512 inline __m512 roundBf16(__m512 v) {
@@ -165,12 +161,13 @@ XS_AVX512 void forwardAvx512(float* y, const float* x, const PoolGeom& g) {
         const int x0 = origin<K>(ox, win.x0), x1 = K ? x0 + K : win.x1;
         float* out = y + ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
         for (int j = 0; j < c; j += kLanes) {
-          const __mmask16 m = lanesMask(c - j);
+          const __mmask16 m = firstLanes(c - j);
           __m512 s = zero;
           for (int iy = y0; iy < y1; ++iy)
             for (int ix = x0; ix < x1; ++ix) {
               __m512 v = _mm512_maskz_loadu_ps(m, img + (static_cast<std::size_t>(iy) * g.w + ix) * c + j);
-              if constexpr (kRelu) v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v);  // v > 0 ? v : +0
+              // v > 0 ? v : +0
+              if constexpr (kRelu) v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v);
               s = _mm512_add_ps(s, v);
             }
           __m512 r = quotient(s, win);
@@ -201,7 +198,7 @@ XS_AVX512 void tiledBackwardAvx512(float* dx, const float* dy, const float* x, c
         const int x0 = origin<K>(ox, win.x0), x1 = K ? x0 + K : win.x1;
         const float* up = dy + ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
         for (int j = 0; j < c; j += kLanes) {
-          const __mmask16 m = lanesMask(c - j);
+          const __mmask16 m = firstLanes(c - j);
           __m512 grad = _mm512_add_ps(zero, quotient(_mm512_maskz_loadu_ps(m, up + j), win));
           if constexpr (kRound) grad = roundBf16(grad);  // before the mask: round(+0) is +0
           for (int iy = y0; iy < y1; ++iy)
@@ -230,7 +227,7 @@ XS_AVX512 void addBackwardAvx512(float* dx, const float* dy, const PoolGeom& g) 
         const AvgWindow win(g, oy, ox);
         const float* up = dy + ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c;
         for (int j = 0; j < c; j += kLanes) {
-          const __mmask16 m = lanesMask(c - j);
+          const __mmask16 m = firstLanes(c - j);
           const __m512 grad = quotient(_mm512_maskz_loadu_ps(m, up + j), win);
           for (int iy = win.y0; iy < win.y1; ++iy)
             for (int ix = win.x0; ix < win.x1; ++ix) {

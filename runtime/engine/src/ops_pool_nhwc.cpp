@@ -48,8 +48,10 @@ template <int L, PoolEpilogue E>
                                              const PoolWindow& win) {
   float best[L];
   std::uint16_t at[L];
-  for (int j = 0; j < L; ++j)
-    best[j] = -std::numeric_limits<float>::infinity(), at[j] = static_cast<std::uint16_t>(win.offset(win.y0, win.x0, k));
+  for (int j = 0; j < L; ++j) {
+    best[j] = -std::numeric_limits<float>::infinity();
+    at[j] = static_cast<std::uint16_t>(win.offset(win.y0, win.x0, k));
+  }
   for (int iy = win.y0; iy < win.y1; ++iy)
     for (int ix = win.x0; ix < win.x1; ++ix) {
       const auto here = static_cast<std::uint16_t>(win.offset(iy, ix, k));

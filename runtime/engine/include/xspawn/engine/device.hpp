@@ -52,8 +52,9 @@ class Device {
   std::size_t peak() const { return peak_; }
   void resetPeak() { peak_ = inUse_; }
 
-  // Scratch buffer number slot (0..kScratchSlots-1) of at least floats floats; reused by
-  // kernels (im2col columns, bf16 copies). Valid until the next call with the same slot.
+  // Scratch buffer number slot (0..kScratchSlots-1) of at least floats floats, 64-byte aligned
+  // (an arena allocation); reused by kernels (im2col columns, bf16 copies). Valid until the next
+  // call with the same slot.
   static constexpr int kScratchSlots = 8;
   float* scratch(int slot, std::size_t floats);
 
