@@ -287,10 +287,13 @@ struct SeparateAvg {
 // channel count past one vector and pixels no window covers; values whose sums round
 // differently in another order, negatives, -0 and a NaN with a payload.
 TEST(PoolLayouts, EveryAveragePoolPathMatchesTheSeparatePassesBitForBit) {
-  // The last two divide by 4 (a power of two: a multiply) on windows that overlap (stride 1)
-  // and on windows clipped by the padding (which the divisor counts).
+  // {4, 6, 5, 2, 1, 0} and {3, 5, 5, 2, 2, 1} divide by 4 (a power of two: a multiply) on windows
+  // that overlap (stride 1) and on windows clipped by the padding (which the divisor counts). The
+  // last three pack several windows a vector (c <= 8): a last group short of P with a row and a
+  // column no window covers, one channel (16 windows), 8 channels (both vectors full).
   const Case cases[] = {{6, 28, 28, 2, 2, 0}, {16, 10, 10, 2, 2, 0}, {5, 9, 7, 3, 2, 1}, {17, 8, 8, 3, 1, 1},
-                        {33, 7, 9, 2, 2, 0},  {3, 7, 7, 3, 3, 0},    {4, 6, 5, 2, 1, 0}, {3, 5, 5, 2, 2, 1}};
+                        {33, 7, 9, 2, 2, 0},  {3, 7, 7, 3, 3, 0},    {4, 6, 5, 2, 1, 0}, {3, 5, 5, 2, 2, 1},
+                        {5, 9, 15, 2, 2, 0},  {1, 6, 40, 2, 2, 0},   {8, 4, 6, 2, 2, 0}};
   for (const Case& cs : cases)
     for (int fusion = 0; fusion < 8; ++fusion) {
       const AvgPoolFusion f{.relu = (fusion & 1) != 0, .roundY = (fusion & 2) != 0};

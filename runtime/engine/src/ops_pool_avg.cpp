@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <utility>
 
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
@@ -178,6 +179,15 @@ XS_AVX512 void forwardAvx512(float* y, const float* x, const PoolGeom& g) {
   }
 }
 
+// Windows that tile one image's dx: +0 into the rows and columns past the last whole window.
+void zeroUncovered(float* dx, const PoolGeom& g) {
+  const std::size_t row = static_cast<std::size_t>(g.w) * g.c;
+  for (int iy = 0; iy < g.h; ++iy) {
+    const int from = iy < g.oh() * g.k ? g.ow() * g.k : 0;
+    std::memset(dx + iy * row + static_cast<std::size_t>(from) * g.c, 0, (g.w - from) * g.c * sizeof(float));
+  }
+}
+
 // Windows that tile the input: each pixel takes its window's 0 + dy / div once, or +0 where the
 // fused ReLU's input was not positive, rounded if asked; pixels no window covers take +0.
 template <int K, bool kRelu, bool kRound>
@@ -187,10 +197,7 @@ XS_AVX512 void tiledBackwardAvx512(float* dx, const float* dy, const float* x, c
   const __m512 zero = _mm512_setzero_ps();
   for (int n = 0; n < g.n; ++n) {
     const std::size_t image = static_cast<std::size_t>(n) * g.h * row;
-    for (int iy = 0; iy < g.h; ++iy) {  // the rows and columns past the last whole window
-      const int from = iy < oh * g.k ? ow * g.k : 0;
-      std::memset(dx + image + iy * row + static_cast<std::size_t>(from) * c, 0, (g.w - from) * c * sizeof(float));
-    }
+    zeroUncovered(dx + image, g);
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
         const AvgWindow win = windowAt<K>(g, oy, ox);
@@ -239,6 +246,103 @@ XS_AVX512 void addBackwardAvx512(float* dx, const float* dy, const PoolGeom& g) 
   }
 }
 
+// ---- channels last, AVX-512, 2x2 windows that tile and c <= 8: several windows a vector -------
+//
+// A vector holds P = 16 / c windows' channels; their 2P pixels of an input row (2Pc <= 32 floats)
+// are two vectors, which two-source permutes split into the windows' left and right pixels, summed
+// in the order above. LeNet-5's first pool (6 channels): 12 lanes of 16 where one window a vector
+// fills 6.
+struct Packed {
+  int per;  // windows a vector, P
+  alignas(64) int left[kLanes], right[kLanes], spread[2][kLanes];
+  explicit Packed(int c) : per(kLanes / c) {
+    for (int l = 0; l < kLanes; ++l) {
+      const int win = std::min(l / c, per - 1), ch = l % c;  // lanes past P c: any index
+      left[l] = 2 * win * c + ch;
+      right[l] = left[l] + c;
+      for (int half = 0; half < 2; ++half) {  // row float f from window f / c / 2's lane
+        const int f = half * kLanes + l;
+        spread[half][l] = std::min(f / c / 2, per - 1) * c + f % c;
+      }
+    }
+  }
+};
+
+// (The maskz_ forms of max and permutexvar: GCC 12 warns on the plain ones' undefined source.)
+constexpr __mmask16 kAll = 0xffff;
+
+// Masks of the two vectors that hold a row's first `floats` floats.
+inline std::pair<__mmask16, __mmask16> rowMasks(int floats) {
+  return {firstLanes(floats), floats > kLanes ? firstLanes(floats - kLanes) : __mmask16(0)};
+}
+
+template <bool kRelu, bool kRound>
+XS_AVX512 void packedForwardAvx512(float* y, const float* x, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::size_t row = static_cast<std::size_t>(g.w) * c;
+  const Packed pk(c);
+  const AvgWindow win(g, 0, 0);
+  const __m512i left = _mm512_load_si512(pk.left), right = _mm512_load_si512(pk.right);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < oh; ++oy) {
+      const float* top = x + (static_cast<std::size_t>(n) * g.h + 2 * oy) * row;
+      float* out = y + (static_cast<std::size_t>(n) * oh + oy) * ow * c;
+      for (int ox = 0; ox < ow; ox += pk.per) {
+        const int floats = std::min(pk.per, ow - ox) * c;
+        const auto [m0, m1] = rowMasks(2 * floats);
+        __m512 s = zero;
+        for (int ky = 0; ky < 2; ++ky) {
+          const float* in = top + ky * row + 2 * ox * c;
+          __m512 a = _mm512_maskz_loadu_ps(m0, in), b = _mm512_maskz_loadu_ps(m1, in + kLanes);
+          if constexpr (kRelu) a = _mm512_maskz_max_ps(kAll, a, zero), b = _mm512_maskz_max_ps(kAll, b, zero);  // NaN, -0: +0
+          s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, left, b));
+          s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, right, b));
+        }
+        __m512 r = quotient(s, win);
+        if constexpr (kRound) r = roundBf16(r);
+        _mm512_mask_storeu_ps(out + ox * c, firstLanes(floats), r);
+      }
+    }
+}
+
+template <bool kRelu, bool kRound>
+XS_AVX512 void packedBackwardAvx512(float* dx, const float* dy, const float* x, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::size_t row = static_cast<std::size_t>(g.w) * c;
+  const Packed pk(c);
+  const AvgWindow win(g, 0, 0);
+  const __m512i spread0 = _mm512_load_si512(pk.spread[0]), spread1 = _mm512_load_si512(pk.spread[1]);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int n = 0; n < g.n; ++n) {
+    const std::size_t image = static_cast<std::size_t>(n) * g.h * row;
+    zeroUncovered(dx + image, g);
+    for (int oy = 0; oy < oh; ++oy) {
+      const std::size_t top = image + 2 * oy * row;
+      const float* up = dy + (static_cast<std::size_t>(n) * oh + oy) * ow * c;
+      for (int ox = 0; ox < ow; ox += pk.per) {
+        const int floats = std::min(pk.per, ow - ox) * c;
+        const auto [m0, m1] = rowMasks(2 * floats);
+        __m512 grad = _mm512_add_ps(zero, quotient(_mm512_maskz_loadu_ps(firstLanes(floats), up + ox * c), win));
+        if constexpr (kRound) grad = roundBf16(grad);
+        const __m512 g0 = _mm512_maskz_permutexvar_ps(kAll, spread0, grad);
+        const __m512 g1 = _mm512_maskz_permutexvar_ps(kAll, spread1, grad);
+        for (int ky = 0; ky < 2; ++ky) {
+          const std::size_t p = top + ky * row + 2 * ox * c;
+          __m512 v0 = g0, v1 = g1;
+          if constexpr (kRelu) {
+            v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m0, x + p), zero, _CMP_GT_OQ), g0);
+            v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m1, x + p + kLanes), zero, _CMP_GT_OQ),
+                                     g1);
+          }
+          _mm512_mask_storeu_ps(dx + p, m0, v0);
+          _mm512_mask_storeu_ps(dx + p + kLanes, m1, v1);
+        }
+      }
+    }
+  }
+}
+
 #undef XS_AVX512
 
 template <int K>
@@ -248,8 +352,15 @@ void forwardAvx512(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f)
   else if (f.roundY) forwardAvx512<K, false, true>(y, x, g);
   else forwardAvx512<K, false, false>(y, x, g);
 }
+// Where the packed kernels apply: 2x2 windows that tile, at least two of them a vector.
+bool packs(const PoolGeom& g) { return g.tiles() && g.k == 2 && g.c <= kLanes / 2; }
+
 void nhwcForwardAvx512(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
-  if (g.tiles() && g.k == 2) forwardAvx512<2>(y, x, g, f);  // LeNet-5's
+  if (packs(g) && f.relu && f.roundY) packedForwardAvx512<true, true>(y, x, g);
+  else if (packs(g) && f.relu) packedForwardAvx512<true, false>(y, x, g);  // LeNet-5's first
+  else if (packs(g) && f.roundY) packedForwardAvx512<false, true>(y, x, g);
+  else if (packs(g)) packedForwardAvx512<false, false>(y, x, g);
+  else if (g.tiles() && g.k == 2) forwardAvx512<2>(y, x, g, f);  // LeNet-5's second
   else forwardAvx512<0>(y, x, g, f);
 }
 
@@ -266,7 +377,12 @@ void nhwcBackwardAvx512(float* dx, const float* dy, const PoolGeom& g, const flo
     addBackwardAvx512(dx, dy, g);
     return finishGradient(dx, static_cast<std::size_t>(g.n) * g.h * g.w * g.c, reluInput, g.dxRounded);
   }
-  if (g.k == 2) tiledBackwardAvx512<2>(dx, dy, g, reluInput);
+  const bool relu = reluInput != nullptr;
+  if (packs(g) && relu && g.dxRounded) packedBackwardAvx512<true, true>(dx, dy, reluInput, g);
+  else if (packs(g) && relu) packedBackwardAvx512<true, false>(dx, dy, reluInput, g);
+  else if (packs(g) && g.dxRounded) packedBackwardAvx512<false, true>(dx, dy, nullptr, g);
+  else if (packs(g)) packedBackwardAvx512<false, false>(dx, dy, nullptr, g);
+  else if (g.k == 2) tiledBackwardAvx512<2>(dx, dy, g, reluInput);
   else tiledBackwardAvx512<0>(dx, dy, g, reluInput);
 }
 
