@@ -118,7 +118,8 @@ __attribute__((target("avx512f"))) void rowAvx512(float* dxp, const float* dyRow
       const float* wo = wr + static_cast<std::size_t>(o) * NA * kLanes;
 #pragma GCC unroll 16
       for (int a = 0; a < NA; ++a) {
-        const __m512 wv = _mm512_load_ps(wo + a * kLanes);
+        __m512 wv = _mm512_load_ps(wo + a * kLanes);
+        asm("" : "+v"(wv));  // one load for the P multiply-adds: GCC would fold it into each
 #pragma GCC unroll 16
         for (int k = 0; k < P; ++k) acc[k][a] = _mm512_fmadd_ps(b[k], wv, acc[k][a]);
       }

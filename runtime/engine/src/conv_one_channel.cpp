@@ -215,49 +215,63 @@ void weightSumsPortable(float* s, const float* dyT, const float* xp, const Rows&
         }
 }
 
-// Tap row ky of channels o0.. (G of them): G x KW sums in registers over the image's rows.
-template <int KW, int G>
-__attribute__((target("avx512f"))) void weightRow(float* s, const float* dyT, const float* xp, const Rows& r, int ky,
-                                                  int o0) {
-  auto at = [&](int g, int kx) { return s + (static_cast<std::size_t>(o0 + g) * r.taps() + ky * KW + kx) * kLanes; };
-  __m512 acc[G][KW];
+// Taps K0.. (KN of them) of tap row ky and channels o0.. (G of them): G x KN sums in registers
+// over the image's rows, each of dy's G vectors and x's KN vectors loaded once an iteration.
+template <int K0, int KN, int G>
+__attribute__((target("avx512f"))) void weightCols(float* s, const float* dyT, const float* xp, const Rows& r, int ky,
+                                                   int o0) {
+  auto at = [&](int g, int k) { return s + (static_cast<std::size_t>(o0 + g) * r.taps() + ky * r.kw + K0 + k) * kLanes; };
+  __m512 acc[G][KN];
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g)
 #pragma GCC unroll 16
-    for (int kx = 0; kx < KW; ++kx) acc[g][kx] = _mm512_load_ps(at(g, kx));
+    for (int k = 0; k < KN; ++k) acc[g][k] = _mm512_load_ps(at(g, k));
   for (int oy = 0; oy < r.oh; ++oy)
     for (int blk = 0; blk < r.blocks; ++blk) {
-      __m512 xv[KW];
-#pragma GCC unroll 16
-      for (int kx = 0; kx < KW; ++kx) xv[kx] = _mm512_loadu_ps(r.xp(xp, oy + ky, blk, kx));
+      __m512 d[G];
 #pragma GCC unroll 16
       for (int g = 0; g < G; ++g) {
-        const __m512 d = _mm512_load_ps(dyT + r.dyT(oy, blk, o0 + g));
+        d[g] = _mm512_load_ps(dyT + r.dyT(oy, blk, o0 + g));
+        asm("" : "+v"(d[g]));  // kept in a register: GCC would fold the load into every FMA
+      }
 #pragma GCC unroll 16
-        for (int kx = 0; kx < KW; ++kx) acc[g][kx] = _mm512_fmadd_ps(d, xv[kx], acc[g][kx]);
+      for (int k = 0; k < KN; ++k) {
+        const __m512 xv = _mm512_loadu_ps(r.xp(xp, oy + ky, blk, K0 + k));
+#pragma GCC unroll 16
+        for (int g = 0; g < G; ++g) acc[g][k] = _mm512_fmadd_ps(d[g], xv, acc[g][k]);
       }
     }
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g)
 #pragma GCC unroll 16
-    for (int kx = 0; kx < KW; ++kx) _mm512_store_ps(at(g, kx), acc[g][kx]);
+    for (int k = 0; k < KN; ++k) _mm512_store_ps(at(g, k), acc[g][k]);
 }
 
-// Channels 4 at a time: 4 x KW sums, KW loads of x and one of dy fit the 32 registers. (Even
-// groups, 3 + 3 for 6 channels, measured 0.95x over LeNet-5's step.)
+// A tap row's taps 3 at a time and up to 6 channels (G x 3 sums, G of dy, one of x: 25
+// registers of 32). (4 channels x 5 taps, loading x twice for LeNet-5's 6 channels: 0.97x.)
+template <int KW, int G>
+void weightGroup(float* s, const float* dyT, const float* xp, const Rows& r, int ky, int o0) {
+  weightCols<0, std::min(KW, 3), G>(s, dyT, xp, r, ky, o0);
+  if constexpr (KW > 3) weightCols<3, KW - 3, G>(s, dyT, xp, r, ky, o0);
+}
+
 template <int KW>
-__attribute__((target("avx512f"))) void weightSumsAvx512(float* s, const float* dyT, const float* xp,
-                                                         const Rows& r) {
-  for (int ky = 0; ky < r.kh; ++ky) {
-    int o = 0;
-    for (; o + 4 <= r.oc; o += 4) weightRow<KW, 4>(s, dyT, xp, r, ky, o);
-    switch (r.oc - o) {
-      case 3: weightRow<KW, 3>(s, dyT, xp, r, ky, o); break;
-      case 2: weightRow<KW, 2>(s, dyT, xp, r, ky, o); break;
-      case 1: weightRow<KW, 1>(s, dyT, xp, r, ky, o); break;
-      default: break;
+void weightSumsAvx512(float* s, const float* dyT, const float* xp, const Rows& r) {
+  constexpr int kMaxGroup = 6;
+  const int groups = (r.oc + kMaxGroup - 1) / kMaxGroup;
+  for (int ky = 0; ky < r.kh; ++ky)
+    for (int gi = 0, o = 0; gi < groups; ++gi) {  // groups of even size
+      const int size = (r.oc - o) / (groups - gi);
+      switch (size) {
+        case 1: weightGroup<KW, 1>(s, dyT, xp, r, ky, o); break;
+        case 2: weightGroup<KW, 2>(s, dyT, xp, r, ky, o); break;
+        case 3: weightGroup<KW, 3>(s, dyT, xp, r, ky, o); break;
+        case 4: weightGroup<KW, 4>(s, dyT, xp, r, ky, o); break;
+        case 5: weightGroup<KW, 5>(s, dyT, xp, r, ky, o); break;
+        default: weightGroup<KW, 6>(s, dyT, xp, r, ky, o); break;
+      }
+      o += size;
     }
-  }
 }
 
 bool vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }

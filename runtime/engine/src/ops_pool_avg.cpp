@@ -181,6 +181,7 @@ XS_AVX512 void forwardAvx512(float* y, const float* x, const PoolGeom& g) {
 
 // Windows that tile one image's dx: +0 into the rows and columns past the last whole window.
 void zeroUncovered(float* dx, const PoolGeom& g) {
+  if (g.oh() * g.k == g.h && g.ow() * g.k == g.w) return;
   const std::size_t row = static_cast<std::size_t>(g.w) * g.c;
   for (int iy = 0; iy < g.h; ++iy) {
     const int from = iy < g.oh() * g.k ? g.ow() * g.k : 0;
@@ -281,7 +282,7 @@ XS_AVX512 void packedForwardAvx512(float* y, const float* x, const PoolGeom& g) 
   const int oh = g.oh(), ow = g.ow(), c = g.c;
   const std::size_t row = static_cast<std::size_t>(g.w) * c;
   const Packed pk(c);
-  const AvgWindow win(g, 0, 0);
+  const __m512 quarter = _mm512_set1_ps(0.25f);  // / 4, a power of two: quotient()'s multiply
   const __m512i left = _mm512_load_si512(pk.left), right = _mm512_load_si512(pk.right);
   const __m512 zero = _mm512_setzero_ps();
   for (int n = 0; n < g.n; ++n)
@@ -299,7 +300,7 @@ XS_AVX512 void packedForwardAvx512(float* y, const float* x, const PoolGeom& g) 
           s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, left, b));
           s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, right, b));
         }
-        __m512 r = quotient(s, win);
+        __m512 r = _mm512_mul_ps(s, quarter);
         if constexpr (kRound) r = roundBf16(r);
         _mm512_mask_storeu_ps(out + ox * c, firstLanes(floats), r);
       }
@@ -311,7 +312,7 @@ XS_AVX512 void packedBackwardAvx512(float* dx, const float* dy, const float* x, 
   const int oh = g.oh(), ow = g.ow(), c = g.c;
   const std::size_t row = static_cast<std::size_t>(g.w) * c;
   const Packed pk(c);
-  const AvgWindow win(g, 0, 0);
+  const __m512 quarter = _mm512_set1_ps(0.25f);  // / 4, a power of two: quotient()'s multiply
   const __m512i spread0 = _mm512_load_si512(pk.spread[0]), spread1 = _mm512_load_si512(pk.spread[1]);
   const __m512 zero = _mm512_setzero_ps();
   for (int n = 0; n < g.n; ++n) {
@@ -323,7 +324,8 @@ XS_AVX512 void packedBackwardAvx512(float* dx, const float* dy, const float* x, 
       for (int ox = 0; ox < ow; ox += pk.per) {
         const int floats = std::min(pk.per, ow - ox) * c;
         const auto [m0, m1] = rowMasks(2 * floats);
-        __m512 grad = _mm512_add_ps(zero, quotient(_mm512_maskz_loadu_ps(firstLanes(floats), up + ox * c), win));
+        const __m512 up16 = _mm512_maskz_loadu_ps(firstLanes(floats), up + ox * c);
+        __m512 grad = _mm512_add_ps(zero, _mm512_mul_ps(up16, quarter));
         if constexpr (kRound) grad = roundBf16(grad);
         const __m512 g0 = _mm512_maskz_permutexvar_ps(kAll, spread0, grad);
         const __m512 g1 = _mm512_maskz_permutexvar_ps(kAll, spread1, grad);
