@@ -18,19 +18,9 @@ namespace xs::engine {
 namespace {
 using golden::Vec;
 
-struct Case {
-  int n, c, h, w, oc, k, pad;
-};
-
-ConvGeom geom(const Case& c) {
-  ConvGeom g{c.n, c.c, c.h, c.w, c.oc, c.k, c.k, 1, c.pad};
-  g.srcNhwc = g.dstNhwc = true;
-  return g;
-}
-
-std::size_t xCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.h * g.w * g.c; }
-std::size_t yCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.oh() * g.ow() * g.oc; }
-std::size_t wCount(const ConvGeom& g) { return static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw; }
+using Case = test::ConvCase;
+using test::wCount, test::xCount, test::yCount;
+constexpr auto geom = test::nhwcGeom;
 
 // The sums conv_narrow_data.cpp documents, in its order: per image, output row and group of
 // pixels (2 or 4, ceil(ow / P) apart), each pixel's run t over o from zero with fused

@@ -37,6 +37,20 @@ class ConvBackendScope {
   ConvBackend saved_;
 };
 
+// A square-kernel, stride-1, channels-last convolution (the narrow convolutions' tests) and the
+// sizes of its x, y and w.
+struct ConvCase {
+  int n, c, h, w, oc, k, pad;
+};
+inline ConvGeom nhwcGeom(const ConvCase& c) {
+  ConvGeom g{c.n, c.c, c.h, c.w, c.oc, c.k, c.k, 1, c.pad};
+  g.srcNhwc = g.dstNhwc = true;
+  return g;
+}
+inline std::size_t xCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.h * g.w * g.c; }
+inline std::size_t yCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.oh() * g.ow() * g.oc; }
+inline std::size_t wCount(const ConvGeom& g) { return static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw; }
+
 inline std::vector<float> pattern(std::size_t n, std::uint64_t seed, float scale = 1.f) {
   std::vector<float> v(n);
   fillPattern(v.data(), n, seed, scale);

@@ -51,12 +51,21 @@ struct Rows {
   int valid(int blk) const { return std::min(kLanes, ow - blk * kLanes) * oc; }
 };
 
-// Image x [h, w] -> xp.
-void padImage(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
-  std::fill(xp, xp + static_cast<std::size_t>(r.xpRows) * r.xpRow, 0.f);
-  for (int iy = 0; iy < g.h; ++iy)
-    std::memcpy(xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad, x + static_cast<std::size_t>(iy) * g.w,
-                g.w * sizeof(float));
+// Image x [h, w] -> xp: the image's pixels into the rows, whose zeros (fillPadding, once a
+// call) the images share.
+void fillPadding(float* xp, const Rows& r) { std::fill(xp, xp + static_cast<std::size_t>(r.xpRows) * r.xpRow, 0.f); }
+
+template <bool kAvx512>
+__attribute__((target("avx512f"))) void padImageVia(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
+  for (int iy = 0; iy < g.h; ++iy) {
+    float* to = xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad;
+    const float* from = x + static_cast<std::size_t>(iy) * g.w;
+    if constexpr (kAvx512)  // short rows (LeNet-5's 28 pixels): two vectors, no call
+      for (int j = 0; j < g.w; j += kLanes)
+        _mm512_mask_storeu_ps(to + j, firstLanes(g.w - j), _mm512_maskz_loadu_ps(firstLanes(g.w - j), from + j));
+    else
+      std::memcpy(to, from, g.w * sizeof(float));
+  }
 }
 
 // Between oc vectors of 16 pixels, one per channel, and the row [16, oc] they make (oc vectors):
@@ -220,7 +229,9 @@ void weightSumsPortable(float* s, const float* dyT, const float* xp, const Rows&
 template <int K0, int KN, int G>
 __attribute__((target("avx512f"))) void weightCols(float* s, const float* dyT, const float* xp, const Rows& r, int ky,
                                                    int o0) {
-  auto at = [&](int g, int k) { return s + (static_cast<std::size_t>(o0 + g) * r.taps() + ky * r.kw + K0 + k) * kLanes; };
+  auto at = [&](int g, int k) {
+    return s + (static_cast<std::size_t>(o0 + g) * r.taps() + ky * r.kw + K0 + k) * kLanes;
+  };
   __m512 acc[G][KN];
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g)
@@ -276,6 +287,11 @@ void weightSumsAvx512(float* s, const float* dyT, const float* xp, const Rows& r
 
 bool vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }
 
+void padImage(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
+  if (vectorKernels()) padImageVia<true>(xp, x, g, r);
+  else padImageVia<false>(xp, x, g, r);
+}
+
 }  // namespace
 
 bool& oneChannelPortableSlot() {
@@ -296,6 +312,7 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
   if (emulatesBf16(dev) && !g.wRounded)
     w = roundedScratch(dev, kWeightSlot, w, static_cast<std::size_t>(g.oc) * r.taps());
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
+  fillPadding(xp, r);
   const Shuffles sh(g.oc);
   const Forward kernel = vectorKernels() ? forwardKernel(g.oc, std::make_index_sequence<kLanes - 1>()) : nullptr;
   for (int n = 0; n < g.n; ++n) {
@@ -315,6 +332,7 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   std::fill(s, s + sumCount, 0.f);
   float* dyT = dev.scratch(kDySlot, r.dyT(r.oh, 0, 0));
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
+  fillPadding(xp, r);
   const std::size_t xCount = static_cast<std::size_t>(g.n) * g.h * g.w;
   const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.ow * r.oc;
   if (emulatesBf16(dev) && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, xCount);

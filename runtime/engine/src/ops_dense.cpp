@@ -225,6 +225,14 @@ const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int
 }
 }  // namespace
 
+namespace {
+// Whether conv2dForward runs the narrow forward (no copy of x kept for the backward then).
+bool narrowForward(Device& dev, const ConvGeom& g) {
+  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && !detail::useOneChannelConv(g) &&
+         !detail::useNhwcGemm(g) && detail::useNarrowForward(g);
+}
+}  // namespace
+
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g) {
   checkGeom(g);
@@ -234,6 +242,10 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
   }
   if (convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemm(g)) {
     detail::conv2dForwardGemmNhwc(dev, y, x, w, b, g);
+    return;
+  }
+  if (narrowForward(dev, g)) {
+    detail::conv2dForwardNarrow(dev, y, x, w, b, g);
     return;
   }
   if (convBackend() == ConvBackend::kOneDnn && detail::conv2dForwardOneDnn(dev, y, x, w, b, g)) return;
@@ -290,6 +302,11 @@ bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g) {
   checkGeom(g);
+  if (g.keepSrc && narrowForward(dev, g)) {  // no forward copy of x to reuse (an old one may be stale)
+    ConvGeom fresh = g;
+    fresh.keepSrc = false;
+    return conv2dBackward(dev, dx, dw, db, dy, x, w, fresh);
+  }
   if (g.dyBlocked || g.dxBlocked) {  // only oneDNN's blocked passes take these (conv2dGradsBlocked16)
     XS_CHECK(conv2dGradsBlocked16(dev, g, db != nullptr, dx != nullptr) &&
                  detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g),

@@ -296,7 +296,8 @@ XS_AVX512 void packedForwardAvx512(float* y, const float* x, const PoolGeom& g) 
         for (int ky = 0; ky < 2; ++ky) {
           const float* in = top + ky * row + 2 * ox * c;
           __m512 a = _mm512_maskz_loadu_ps(m0, in), b = _mm512_maskz_loadu_ps(m1, in + kLanes);
-          if constexpr (kRelu) a = _mm512_maskz_max_ps(kAll, a, zero), b = _mm512_maskz_max_ps(kAll, b, zero);  // NaN, -0: +0
+          if constexpr (kRelu)  // NaN and -0 give +0
+            a = _mm512_maskz_max_ps(kAll, a, zero), b = _mm512_maskz_max_ps(kAll, b, zero);
           s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, left, b));
           s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, right, b));
         }

@@ -1,0 +1,156 @@
+// conv_narrow_forward.cpp: the forward of a channels-last, stride-1 convolution from fewer than
+// 16 input channels into at most 16 outputs (LeNet-5's conv 2: 6 channels into 16). oneDNN's
+// direct kernel runs it at about 67% of the core's peak; here each output pixel is one row of a
+// small GEMM over the runs of kw * c values its tap rows read (channels last, (kx, ci) flatten
+// like a row's (ix, ci)):
+//
+//   y[oy][ox][o] = b[o] + sum over ky, then j = kx * c + ci, of
+//                  xp[oy + ky][ox * c + j] * wt[ky][j][o]
+//
+// with xp the padded channels-last image and wt the weights with the output channels last (one
+// vector, zeros past oc). A block of P pixels of a row shares each weight vector's load: P + 1
+// loads for P multiply-adds, against oneDNN's blocking. Each sum runs in the order written with
+// fused multiply-adds, the same in the AVX-512 kernels and the portable loops (tested bit for
+// bit). Emulated bf16 rounds x once per call and w as it builds wt.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <immintrin.h>
+#include <utility>
+
+#include "conv_onednn.hpp"
+#include "gemm.hpp"
+
+namespace xs::engine::detail {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kMaxBlock = 14;  // pixels a block: accumulators, a weight and broadcasts in 32 registers
+// Scratch slots: the GEMM paths' and the other narrow convolutions', which do not run meanwhile.
+constexpr int kWeightSlot = 1, kPaddedSlot = 2, kRoundedXSlot = 4;
+
+// The geometry: runs of `run` = kw * c values; xp rows of (w + 2 pad) * c values.
+struct Taps {
+  int c, oc, oh, ow, kh, kw, run, xpRow, xpRows;
+  explicit Taps(const ConvGeom& g)
+      : c(g.c), oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), run(g.kw * g.c), xpRow((g.w + 2 * g.pad) * g.c),
+        xpRows(g.h + 2 * g.pad) {}
+  std::size_t wtCount() const { return static_cast<std::size_t>(kh) * run * kLanes; }
+};
+
+// w [oc, c, kh, kw] -> wt [kh][run][16]: wt[ky][kx * c + ci][o] = w[o][ci][ky][kx].
+void tapColumns(float* wt, const float* w, const ConvGeom& g, const Taps& t, bool round) {
+  std::fill(wt, wt + t.wtCount(), 0.f);
+  for (int o = 0; o < t.oc; ++o)
+    for (int ci = 0; ci < t.c; ++ci)
+      for (int ky = 0; ky < t.kh; ++ky)
+        for (int kx = 0; kx < g.kw; ++kx) {
+          const float v = w[((static_cast<std::size_t>(o) * t.c + ci) * t.kh + ky) * g.kw + kx];
+          wt[(static_cast<std::size_t>(ky) * t.run + kx * t.c + ci) * kLanes + o] = round ? roundToBf16(v) : v;
+        }
+}
+
+// Pixels ox0.. (count of them) of row oy: xr the padded image at (oy, ox0), y at (oy, ox0).
+void blockPortable(float* y, const float* xr, const float* wt, const float* b, int count, const Taps& t) {
+  for (int p = 0; p < count; ++p)
+    for (int o = 0; o < t.oc; ++o) {
+      float acc = b ? b[o] : 0.f;
+      for (int ky = 0; ky < t.kh; ++ky)
+        for (int ci = 0; ci < t.c; ++ci)
+          for (int kx = 0; kx < t.kw; ++kx)
+            acc = std::fma(xr[static_cast<std::size_t>(ky) * t.xpRow + (p + kx) * t.c + ci],
+                           wt[(static_cast<std::size_t>(ky) * t.run + kx * t.c + ci) * kLanes + o], acc);
+      y[static_cast<std::size_t>(p) * t.oc + o] = acc;
+    }
+}
+
+// The same, P pixels' sums in registers. For each (ky, ci), the KW weight vectors stay in
+// registers and each of the block's P + KW - 1 input pixels is broadcast once for the up to KW
+// pixels whose taps it meets: P + 2 KW - 1 loads for P KW multiply-adds.
+template <int P, int KW>
+__attribute__((target("avx512f"))) void blockAvx512(float* y, const float* xr, const float* wt, const float* b,
+                                                    const Taps& t) {
+  const __mmask16 lanes = firstLanes(t.oc);
+  const int c = t.c, run = t.run, kh = t.kh;
+  const std::size_t xpRow = t.xpRow;
+  const __m512 bias = b ? _mm512_maskz_loadu_ps(lanes, b) : _mm512_setzero_ps();
+  __m512 acc[P];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) acc[p] = bias;
+  for (int ky = 0; ky < kh; ++ky)
+    for (int ci = 0; ci < c; ++ci) {
+      const float* x = xr + ky * xpRow + ci;
+      const float* wk = wt + (static_cast<std::size_t>(ky) * run + ci) * kLanes;
+      __m512 w[KW];
+#pragma GCC unroll 16
+      for (int kx = 0; kx < KW; ++kx) {
+        w[kx] = _mm512_load_ps(wk + kx * c * kLanes);
+        asm("" : "+v"(w[kx]));  // one load for its multiply-adds: GCC would fold it into each
+      }
+#pragma GCC unroll 32
+      for (int q = 0; q < P + KW - 1; ++q) {
+        const __m512 v = _mm512_set1_ps(x[q * c]);
+#pragma GCC unroll 16
+        for (int kx = KW - 1; kx >= 0; --kx)  // pixel q - kx, from the oldest sum's next term
+          if (q - kx >= 0 && q - kx < P) acc[q - kx] = _mm512_fmadd_ps(v, w[kx], acc[q - kx]);
+      }
+    }
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) _mm512_mask_storeu_ps(y + p * t.oc, lanes, acc[p]);
+}
+
+using Block = void (*)(float*, const float*, const float*, const float*, const Taps&);
+
+template <int KW, std::size_t... I>
+Block blockKernel(int p, std::index_sequence<I...>) {
+  static constexpr Block kTable[] = {&blockAvx512<static_cast<int>(I) + 1, KW>...};
+  return kTable[p - 1];
+}
+
+// One image's rows in blocks of up to kMaxBlock pixels, as even as they come.
+void imageRows(float* y, const float* xp, const float* wt, const float* b, const Taps& t, bool vector) {
+  const int blocks = (t.ow + kMaxBlock - 1) / kMaxBlock;
+  for (int oy = 0; oy < t.oh; ++oy)
+    for (int bi = 0, ox = 0; bi < blocks; ++bi) {
+      const int count = (t.ow - ox) / (blocks - bi);
+      float* yo = y + (static_cast<std::size_t>(oy) * t.ow + ox) * t.oc;
+      const float* xr = xp + static_cast<std::size_t>(oy) * t.xpRow + ox * t.c;
+      if (vector && t.kw == 3) blockKernel<3>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wt, b, t);
+      else if (vector) blockKernel<5>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wt, b, t);
+      else blockPortable(yo, xr, wt, b, count, t);
+      ox += count;
+    }
+}
+
+}  // namespace
+
+bool& narrowForwardPortableSlot() {
+  static bool portable = false;
+  return portable;
+}
+
+bool useNarrowForward(const ConvGeom& g) {
+  return g.c < 16 && g.oc <= 16 && g.stride == 1 && g.srcNhwc && g.dstNhwc && g.oh() > 0 && g.ow() > 0;
+}
+
+void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
+  const Taps t(g);
+  const bool emulated = emulatesBf16(dev);
+  const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
+  if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, image * g.n);
+  float* wt = dev.scratch(kWeightSlot, t.wtCount());  // 64-byte aligned, as every scratch slot
+  tapColumns(wt, w, g, t, emulated && !g.wRounded);
+  float* xp = g.pad ? dev.scratch(kPaddedSlot, static_cast<std::size_t>(t.xpRows) * t.xpRow) : nullptr;
+  if (xp) std::fill(xp, xp + static_cast<std::size_t>(t.xpRows) * t.xpRow, 0.f);  // the borders, once
+  const bool vector = cpuHasAvx512() && (g.kw == 3 || g.kw == 5) && !narrowForwardPortableSlot();
+  for (int n = 0; n < g.n; ++n) {
+    const float* xn = x + n * image;
+    if (xp)  // without padding x is xp
+      for (int iy = 0; iy < g.h; ++iy)
+        std::memcpy(xp + static_cast<std::size_t>(iy + g.pad) * t.xpRow + g.pad * g.c,
+                    xn + static_cast<std::size_t>(iy) * g.w * g.c, g.w * g.c * sizeof(float));
+    imageRows(y + static_cast<std::size_t>(n) * t.oh * t.ow * t.oc, xp ? xp : xn, wt, b, t, vector);
+  }
+}
+
+}  // namespace xs::engine::detail
