@@ -60,7 +60,8 @@ bool& narrowDataPortableSlot();
 
 // The forward of a channels-last stride-1 convolution from fewer than 16 input channels into at
 // most 16 outputs (conv_narrow_forward.cpp), chosen by useNarrowForward in fp32 and emulated
-// bf16. The backward passes do not read a copy of x kept by it (the caller clears keepSrc).
+// bf16 where its AVX-512 kernels run (taps 3 or 5 wide). The backward passes do not read a copy
+// of x kept by it (conv2dBackward clears keepSrc).
 bool useNarrowForward(const ConvGeom& g);
 void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).

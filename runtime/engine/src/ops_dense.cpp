@@ -234,10 +234,11 @@ const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int
 }  // namespace
 
 namespace {
-// Whether conv2dForward runs the narrow forward (no copy of x kept for the backward then).
+// Whether conv2dForward runs the narrow forward (no copy of x kept for the backward then): where
+// it has AVX-512 kernels (taps 3 or 5 wide); oneDNN is faster than its portable loops.
 bool narrowForward(Device& dev, const ConvGeom& g) {
-  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && !detail::useOneChannelConv(g) &&
-         !detail::useNhwcGemm(g) && detail::useNarrowForward(g);
+  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() && (g.kw == 3 || g.kw == 5) &&
+         !detail::useOneChannelConv(g) && !detail::useNhwcGemm(g) && detail::useNarrowForward(g);
 }
 }  // namespace
 

@@ -2,7 +2,8 @@
 // rounding of its output or gradient fused in. Every layout and path sums a window's pixels in
 // the same order (rows, then columns, from +0) and divides once, so all give the same bits as
 // the separate ReLU, pool and rounding passes. Channels last, AVX-512 takes a whole window's
-// channels per vector, the last ones masked (LeNet-5's 6 and 16 channels fill one vector).
+// channels per vector, the last ones masked (LeNet-5's 16), or for 2x2 windows that tile and at
+// most 8 channels 16 / c windows a vector (LeNet-5's 6: two windows).
 #include <immintrin.h>
 
 #include <algorithm>
