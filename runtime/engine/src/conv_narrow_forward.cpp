@@ -133,6 +133,8 @@ bool useNarrowForward(const ConvGeom& g) {
   return g.c < 16 && g.oc <= 16 && g.stride == 1 && g.srcNhwc && g.dstNhwc && g.oh() > 0 && g.ow() > 0;
 }
 
+bool narrowForwardVectorized(const ConvGeom& g) { return cpuHasAvx512() && (g.kw == 3 || g.kw == 5); }
+
 void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
   const Taps t(g);
   const bool emulated = emulatesBf16(dev);
@@ -142,7 +144,7 @@ void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, 
   tapColumns(wt, w, g, t, emulated && !g.wRounded);
   float* xp = g.pad ? dev.scratch(kPaddedSlot, static_cast<std::size_t>(t.xpRows) * t.xpRow) : nullptr;
   if (xp) std::fill(xp, xp + static_cast<std::size_t>(t.xpRows) * t.xpRow, 0.f);  // the borders, once
-  const bool vector = cpuHasAvx512() && (g.kw == 3 || g.kw == 5) && !narrowForwardPortableSlot();
+  const bool vector = narrowForwardVectorized(g) && !narrowForwardPortableSlot();
   for (int n = 0; n < g.n; ++n) {
     const float* xn = x + n * image;
     if (xp)  // without padding x is xp

@@ -55,16 +55,19 @@ struct Rows {
 // call) the images share.
 void fillPadding(float* xp, const Rows& r) { std::fill(xp, xp + static_cast<std::size_t>(r.xpRows) * r.xpRow, 0.f); }
 
-template <bool kAvx512>
-__attribute__((target("avx512f"))) void padImageVia(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
+void padImagePortable(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
+  for (int iy = 0; iy < g.h; ++iy)
+    std::memcpy(xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad, x + static_cast<std::size_t>(iy) * g.w,
+                g.w * sizeof(float));
+}
+
+// Short rows (LeNet-5's 28 pixels) as masked vectors: no call a row.
+__attribute__((target("avx512f"))) void padImageAvx512(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
   for (int iy = 0; iy < g.h; ++iy) {
     float* to = xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad;
     const float* from = x + static_cast<std::size_t>(iy) * g.w;
-    if constexpr (kAvx512)  // short rows (LeNet-5's 28 pixels): two vectors, no call
-      for (int j = 0; j < g.w; j += kLanes)
-        _mm512_mask_storeu_ps(to + j, firstLanes(g.w - j), _mm512_maskz_loadu_ps(firstLanes(g.w - j), from + j));
-    else
-      std::memcpy(to, from, g.w * sizeof(float));
+    for (int j = 0; j < g.w; j += kLanes)
+      _mm512_mask_storeu_ps(to + j, firstLanes(g.w - j), _mm512_maskz_loadu_ps(firstLanes(g.w - j), from + j));
   }
 }
 
@@ -288,8 +291,8 @@ void weightSumsAvx512(float* s, const float* dyT, const float* xp, const Rows& r
 bool vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }
 
 void padImage(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
-  if (vectorKernels()) padImageVia<true>(xp, x, g, r);
-  else padImageVia<false>(xp, x, g, r);
+  if (vectorKernels()) padImageAvx512(xp, x, g, r);
+  else padImagePortable(xp, x, g, r);
 }
 
 }  // namespace

@@ -60,10 +60,13 @@ bool& narrowDataPortableSlot();
 
 // The forward of a channels-last stride-1 convolution from fewer than 16 input channels into at
 // most 16 outputs (conv_narrow_forward.cpp), chosen by useNarrowForward in fp32 and emulated
-// bf16 where its AVX-512 kernels run (taps 3 or 5 wide). The backward passes do not read a copy
-// of x kept by it (conv2dBackward clears keepSrc).
+// bf16 where narrowForwardVectorized holds. The backward passes do not read a copy of x kept by
+// it (conv2dBackward clears keepSrc).
 bool useNarrowForward(const ConvGeom& g);
 void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g);
+// Whether this CPU and g's taps (3 or 5 wide) have its AVX-512 kernels; elsewhere its portable
+// loops run, slower than oneDNN.
+bool narrowForwardVectorized(const ConvGeom& g);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& narrowForwardPortableSlot();
 

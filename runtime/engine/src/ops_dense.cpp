@@ -72,25 +72,25 @@ Layout preferredLayout(const Device&) {
 }
 
 namespace {
-// Per image, src [rows, cols] -> dst [cols, rows], in 16 x 16 tiles that keep both sides in cache
-// (a small image, LeNet-5's 25 x 16 at its flatten, in one tile: no bounds a step).
+// Per image, src [rows, cols] -> dst [cols, rows], in 16 x 16 tiles that keep both sides in cache;
+// a small image (LeNet-5's 25 x 16 at its flatten) in one tile. A row or a column: a copy.
 void transposeImages(float* __restrict dst, const float* __restrict src, int n, int rows, int cols) {
   const std::size_t plane = static_cast<std::size_t>(rows) * cols;
+  const int tile = plane <= 1024 ? std::max(rows, cols) : 16;
   for (int i = 0; i < n; ++i) {
     const float* s = src + i * plane;
     float* d = dst + i * plane;
     if (rows == 1 || cols == 1) {
       std::memcpy(d, s, plane * sizeof(float));
-    } else if (plane <= 1024) {
-      for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < cols; ++c) d[c * rows + r] = s[r * cols + c];
-    } else {
-      for (int r0 = 0; r0 < rows; r0 += 16)
-        for (int c0 = 0; c0 < cols; c0 += 16)
-          for (int c = c0; c < std::min(cols, c0 + 16); ++c)
-            for (int r = r0; r < std::min(rows, r0 + 16); ++r)
-              d[static_cast<std::size_t>(c) * rows + r] = s[static_cast<std::size_t>(r) * cols + c];
+      continue;
     }
+    for (int r0 = 0; r0 < rows; r0 += tile)
+      for (int c0 = 0; c0 < cols; c0 += tile) {
+        const int r1 = std::min(rows, r0 + tile), c1 = std::min(cols, c0 + tile);
+        for (int r = r0; r < r1; ++r)
+          for (int c = c0; c < c1; ++c)
+            d[static_cast<std::size_t>(c) * rows + r] = s[static_cast<std::size_t>(r) * cols + c];
+      }
   }
 }
 }  // namespace
@@ -234,11 +234,11 @@ const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int
 }  // namespace
 
 namespace {
-// Whether conv2dForward runs the narrow forward (no copy of x kept for the backward then): where
-// it has AVX-512 kernels (taps 3 or 5 wide); oneDNN is faster than its portable loops.
+// Whether conv2dForward runs the narrow forward (no copy of x kept for the backward then): only
+// on its AVX-512 kernels, oneDNN being faster than its portable loops.
 bool narrowForward(Device& dev, const ConvGeom& g) {
-  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() && (g.kw == 3 || g.kw == 5) &&
-         !detail::useOneChannelConv(g) && !detail::useNhwcGemm(g) && detail::useNarrowForward(g);
+  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && !detail::useOneChannelConv(g) &&
+         !detail::useNhwcGemm(g) && detail::useNarrowForward(g) && detail::narrowForwardVectorized(g);
 }
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "xspawn/error.hpp"
@@ -349,31 +350,25 @@ XS_AVX512 void packedBackwardAvx512(float* dx, const float* dy, const float* x, 
 
 #undef XS_AVX512
 
-template <int K>
-void forwardAvx512(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
-  if (f.relu && f.roundY) forwardAvx512<K, true, true>(y, x, g);
-  else if (f.relu) forwardAvx512<K, true, false>(y, x, g);
-  else if (f.roundY) forwardAvx512<K, false, true>(y, x, g);
-  else forwardAvx512<K, false, false>(y, x, g);
+// run(relu, round) with each flag as a compile-time constant (std::bool_constant), so that a
+// kernel instantiation for the four combinations is picked once a call.
+template <class Run>
+void withFlags(bool relu, bool round, Run run) {
+  if (relu && round) run(std::true_type{}, std::true_type{});
+  else if (relu) run(std::true_type{}, std::false_type{});
+  else if (round) run(std::false_type{}, std::true_type{});
+  else run(std::false_type{}, std::false_type{});
 }
+
 // Where the packed kernels apply: 2x2 windows that tile, at least two of them a vector.
 bool packs(const PoolGeom& g) { return g.tiles() && g.k == 2 && g.c <= kLanes / 2; }
 
 void nhwcForwardAvx512(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f) {
-  if (packs(g) && f.relu && f.roundY) packedForwardAvx512<true, true>(y, x, g);
-  else if (packs(g) && f.relu) packedForwardAvx512<true, false>(y, x, g);  // LeNet-5's first
-  else if (packs(g) && f.roundY) packedForwardAvx512<false, true>(y, x, g);
-  else if (packs(g)) packedForwardAvx512<false, false>(y, x, g);
-  else if (g.tiles() && g.k == 2) forwardAvx512<2>(y, x, g, f);  // LeNet-5's second
-  else forwardAvx512<0>(y, x, g, f);
-}
-
-template <int K>
-void tiledBackwardAvx512(float* dx, const float* dy, const PoolGeom& g, const float* reluInput) {
-  if (reluInput && g.dxRounded) tiledBackwardAvx512<K, true, true>(dx, dy, reluInput, g);
-  else if (reluInput) tiledBackwardAvx512<K, true, false>(dx, dy, reluInput, g);
-  else if (g.dxRounded) tiledBackwardAvx512<K, false, true>(dx, dy, nullptr, g);
-  else tiledBackwardAvx512<K, false, false>(dx, dy, nullptr, g);
+  withFlags(f.relu, f.roundY, [&](auto relu, auto round) {
+    if (packs(g)) packedForwardAvx512<relu, round>(y, x, g);  // LeNet-5's first
+    else if (g.tiles() && g.k == 2) forwardAvx512<2, relu, round>(y, x, g);  // LeNet-5's second
+    else forwardAvx512<0, relu, round>(y, x, g);
+  });
 }
 
 void nhwcBackwardAvx512(float* dx, const float* dy, const PoolGeom& g, const float* reluInput) {
@@ -381,13 +376,11 @@ void nhwcBackwardAvx512(float* dx, const float* dy, const PoolGeom& g, const flo
     addBackwardAvx512(dx, dy, g);
     return finishGradient(dx, static_cast<std::size_t>(g.n) * g.h * g.w * g.c, reluInput, g.dxRounded);
   }
-  const bool relu = reluInput != nullptr;
-  if (packs(g) && relu && g.dxRounded) packedBackwardAvx512<true, true>(dx, dy, reluInput, g);
-  else if (packs(g) && relu) packedBackwardAvx512<true, false>(dx, dy, reluInput, g);
-  else if (packs(g) && g.dxRounded) packedBackwardAvx512<false, true>(dx, dy, nullptr, g);
-  else if (packs(g)) packedBackwardAvx512<false, false>(dx, dy, nullptr, g);
-  else if (g.k == 2) tiledBackwardAvx512<2>(dx, dy, g, reluInput);
-  else tiledBackwardAvx512<0>(dx, dy, g, reluInput);
+  withFlags(reluInput != nullptr, g.dxRounded, [&](auto relu, auto round) {
+    if (packs(g)) packedBackwardAvx512<relu, round>(dx, dy, reluInput, g);
+    else if (g.k == 2) tiledBackwardAvx512<2, relu, round>(dx, dy, reluInput, g);
+    else tiledBackwardAvx512<0, relu, round>(dx, dy, reluInput, g);
+  });
 }
 
 void checkAvgPool(const PoolGeom& g) {
