@@ -247,34 +247,6 @@ class Probe : public nn::Module {
   bool* sawRounded_;
 };
 
-// A copy of its input and gradient in its own tensors, with none of their flags: the modules
-// around it round and lay out as if alone.
-class Opaque : public nn::Module {
- public:
-  Shape build(const Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
-  const Tensor& forward(const Tensor& x, nn::Context& ctx) override { return copy(y_, x, ctx); }
-  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override { return copy(dx_, dy, ctx); }
-
- private:
-  static const Tensor& copy(Tensor& to, const Tensor& from, nn::Context& ctx) {
-    to.ensure(ctx.dev, from.shape(), "copy");
-    to.setLayout(from.layout());
-    std::memcpy(to.data(), from.data(), from.numel() * sizeof(float));
-    return to;
-  }
-};
-
-// The weights after 3 SGD steps of a network from build(net, opaque) at batch 8.
-template <class Build>
-std::vector<float> trainedWeights(Precision p, Shape input, bool opaque, Build build) {
-  auto net = std::make_unique<nn::Sequential>();
-  build(*net, opaque);
-  Device dev(p == Precision::kBf16 ? bf16Options() : DeviceOptions{});
-  Model model(dev, {std::move(net), input, 10, "net"}, 5);
-  test::trainThreeSteps(model, dev);
-  return {model.params().values(), model.params().values() + model.params().size()};
-}
-
 TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
   // Max-pools, ReLUs and batch-norms write their outputs (and the gradients of the layer before)
   // already rounded when the layer next to them would round them: the same weights, bit for bit,
@@ -283,7 +255,7 @@ TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
   bool sawRounded = false;
   auto convnet = [&](nn::Sequential& n, bool opaque) {
     auto after = [&](const std::string& name, bool probe) -> nn::Sequential& {
-      if (opaque) return n.add(name, std::make_unique<Opaque>());
+      if (opaque) return n.add(name, std::make_unique<test::Opaque>());
       return probe ? n.add(name, std::make_unique<Probe>(&sawRounded)) : n;
     };
     n.add("conv1", nn::Conv2d(1, 32, 5, 1, 1)).add("relu1", nn::ReLU()).add("pool1", nn::MaxPool2d(2));
@@ -293,7 +265,7 @@ TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
   };
   auto reluNet = [](nn::Sequential& n, bool opaque) {  // ReLUs before a convolution and linears
     auto after = [&](const std::string& name) -> nn::Sequential& {
-      return opaque ? n.add(name, std::make_unique<Opaque>()) : n;
+      return opaque ? n.add(name, std::make_unique<test::Opaque>()) : n;
     };
     n.add("conv1", nn::Conv2d(1, 16, 3)).add("relu1", nn::ReLU());
     after("after1").add("conv2", nn::Conv2d(16, 16, 3, 2)).add("relu2", nn::ReLU());
@@ -302,7 +274,7 @@ TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
   };
   auto bnNet = [](nn::Sequential& n, bool opaque) {  // batch-norms before convolutions, two on small maps
     auto after = [&](const std::string& name) -> nn::Sequential& {
-      return opaque ? n.add(name, std::make_unique<Opaque>()) : n;
+      return opaque ? n.add(name, std::make_unique<test::Opaque>()) : n;
     };
     n.add("conv1", nn::Conv2d(1, 16, 3)).add("bn1", nn::BatchNorm2d(16, true, true));
     after("after1").add("conv2", nn::Conv2d(16, 16, 3, 2)).add("bn2", nn::BatchNorm2d(16, false, true));
@@ -315,12 +287,12 @@ TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
   for (Precision p : {Precision::kBf16, Precision::kFp32}) {
     ModeScope mode(Bf16Mode::kEmulated);
     sawRounded = false;
-    EXPECT_TRUE(sameBits(trainedWeights(p, {1, 28, 28}, false, convnet), trainedWeights(p, {1, 28, 28}, true, convnet)))
+    EXPECT_TRUE(sameBits(test::trainedWeights(p, {1, 28, 28}, false, convnet), test::trainedWeights(p, {1, 28, 28}, true, convnet)))
         << precisionName(p);
     EXPECT_EQ(sawRounded, p == Precision::kBf16) << precisionName(p);
-    EXPECT_TRUE(sameBits(trainedWeights(p, {1, 12, 12}, false, reluNet), trainedWeights(p, {1, 12, 12}, true, reluNet)))
+    EXPECT_TRUE(sameBits(test::trainedWeights(p, {1, 12, 12}, false, reluNet), test::trainedWeights(p, {1, 12, 12}, true, reluNet)))
         << precisionName(p);
-    EXPECT_TRUE(sameBits(trainedWeights(p, {1, 12, 12}, false, bnNet), trainedWeights(p, {1, 12, 12}, true, bnNet)))
+    EXPECT_TRUE(sameBits(test::trainedWeights(p, {1, 12, 12}, false, bnNet), test::trainedWeights(p, {1, 12, 12}, true, bnNet)))
         << precisionName(p);
   }
 }

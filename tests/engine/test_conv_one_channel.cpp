@@ -1,9 +1,11 @@
 // test_conv_one_channel.cpp: the one-input-channel convolution (conv_one_channel.cpp): its
 // AVX-512 kernels and portable loops against a scalar reference of the same sums, bit for bit;
-// against im2col to fp32's tolerance; emulated bf16 as fp32 on rounded operands.
+// against im2col to fp32's tolerance; emulated bf16 as fp32 on rounded operands; writing its
+// planes (y and dy NCHW) for a pool that takes them, the same bits, and the layers choosing so.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "conv_onednn.hpp"
@@ -11,6 +13,7 @@
 #include "golden_util.hpp"
 #include "ops.hpp"
 #include "test_util.hpp"
+#include "xspawn/nn.hpp"
 
 namespace xs::engine {
 namespace {
@@ -114,6 +117,80 @@ TEST(ConvOneChannel, KernelsMatchTheirScalarSumsBitForBit) {
         }
 }
 
+// [n, hw, c] -> [n, c, hw]
+Vec toPlanes(const Vec& v, int n, int c, int hw) {
+  Vec t(v.size());
+  nhwcToNchw(t.data(), v.data(), n, c, hw);
+  return t;
+}
+
+TEST(ConvOneChannel, PlanesAreTheChannelsLastValuesBitForBit) {
+  // g.planes: y written and dy read NCHW, as an average pool from planes takes and gives them.
+  Device dev;
+  for (const Case& c : kCases)
+    for (bool portable : {false, true}) {
+      const ConvGeom g = geom(c);
+      ConvGeom planes = g;
+      planes.dstNhwc = false;
+      planes.planes = true;
+      ASSERT_TRUE(detail::useOneChannelConv(planes));
+      const int ohw = g.oh() * g.ow();
+      Vec x = test::pattern(test::xCount(g), 21), w = test::pattern(test::wCount(g), 22), b = test::pattern(g.oc, 23),
+          dy = test::pattern(test::yCount(g), 24), dw0 = test::pattern(test::wCount(g), 25);
+      detail::oneChannelPortableSlot() = portable;
+      const Passes want = run(dev, g, x, w, b, dy, true, dw0);
+      const Passes got = run(dev, planes, x, w, b, toPlanes(dy, g.n, g.oc, ohw), true, dw0);
+      detail::oneChannelPortableSlot() = false;
+      const std::string what = "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k) + (portable ? " portable" : "");
+      EXPECT_EQ(got.y, toPlanes(want.y, g.n, g.oc, ohw)) << what;
+      EXPECT_EQ(got.dw, want.dw) << what;
+      EXPECT_EQ(got.db, want.db) << what;
+    }
+}
+
+// Takes planes (Module::takesPlanarInput) and records the layout it was given; passes x and dy on.
+class PlanesProbe : public nn::Module {
+ public:
+  explicit PlanesProbe(Layout* seen) : seen_(seen) {}
+  Shape build(const Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
+  bool takesPlanarInput() const override { return true; }
+  const Tensor& forward(const Tensor& x, nn::Context&) override {
+    *seen_ = x.layout();
+    return x;
+  }
+  const Tensor& backward(const Tensor& dy, nn::Context&) override { return dy; }
+
+ private:
+  Layout* seen_;
+};
+
+TEST(ConvOneChannel, LayersPassPlanesToAPoolThatTakesThem) {
+  // LeNet-5's front: conv 1 writes its planes for the ReLU + average pool after it (where its
+  // AVX-512 kernels run), which pools them into channels last. The same weights, bit for bit, as
+  // with an Opaque copy after conv 1, which keeps it channels last.
+  auto lenet = [](nn::Sequential& n, bool opaque) {
+    n.add("conv1", nn::Conv2d(1, 6, 5, 1, 2));
+    if (opaque) n.add("copy", std::make_unique<test::Opaque>());
+    n.add("relu1", nn::ReLU()).add("pool1", nn::AvgPool2d(2)).add("conv2", nn::Conv2d(6, 16, 5));
+    n.add("relu2", nn::ReLU()).add("pool2", nn::AvgPool2d(2)).add("flatten", nn::Flatten()).add("fc", nn::Linear(0, 10));
+  };
+  auto sameBits = [](const Vec& a, const Vec& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  test::ModeScope mode(Bf16Mode::kEmulated);
+  for (Precision p : {Precision::kFp32, Precision::kBf16})
+    EXPECT_TRUE(sameBits(test::trainedWeights(p, {1, 28, 28}, false, lenet),
+                         test::trainedWeights(p, {1, 28, 28}, true, lenet)))
+        << precisionName(p);
+  Layout seen = Layout::kNchw16c;
+  auto probed = [&](nn::Sequential& n, bool) {
+    n.add("conv1", nn::Conv2d(1, 6, 5, 1, 2)).add("probe", std::make_unique<PlanesProbe>(&seen));
+    n.add("flatten", nn::Flatten()).add("fc", nn::Linear(0, 10));
+  };
+  test::trainedWeights(Precision::kFp32, {1, 28, 28}, false, probed);
+  EXPECT_EQ(seen, cpuHasAvx512() ? Layout::kNchw : Layout::kNhwc);
+}
+
 TEST(ConvOneChannel, AgreesWithIm2col) {
   Device dev;
   for (const Case& c : kCases) {
@@ -149,14 +226,18 @@ TEST(ConvOneChannel, EmulatedBf16IsFp32OnRoundedOperands) {
   test::ModeScope mode(Bf16Mode::kEmulated);
   Device fp32, emulated(golden::bf16Options());
   const Passes want = run(fp32, g, rx, rw, b, rdy, true, dw0);
-  const Passes raw = run(emulated, g, x, w, b, dy, true, dw0);
   ConvGeom flagged = g;
   flagged.xRounded = flagged.wRounded = flagged.dyRounded = true;
-  const Passes told = run(emulated, flagged, rx, rw, b, rdy, true, dw0);
-  for (const Passes* p : {&raw, &told}) {
-    EXPECT_EQ(p->y, want.y);
-    EXPECT_EQ(p->dw, want.dw);
-    EXPECT_EQ(p->db, want.db);
+  for (bool portable : {false, true}) {  // x rounded as each image is copied into its padding
+    detail::oneChannelPortableSlot() = portable;
+    const Passes raw = run(emulated, g, x, w, b, dy, true, dw0);
+    const Passes told = run(emulated, flagged, rx, rw, b, rdy, true, dw0);
+    detail::oneChannelPortableSlot() = false;
+    for (const Passes* p : {&raw, &told}) {
+      EXPECT_EQ(p->y, want.y) << (portable ? "portable" : "vector");
+      EXPECT_EQ(p->dw, want.dw) << (portable ? "portable" : "vector");
+      EXPECT_EQ(p->db, want.db) << (portable ? "portable" : "vector");
+    }
   }
 }
 

@@ -4,11 +4,13 @@
 // overlap, pad, leave pixels uncovered and split channel blocks; and the same gradients when dy
 // or dx are in channel blocks of 16 (nChw16c); the bf16-rounded gradient and ReLU are the
 // rounded ones; and each kernel refuses the other's geometry.
-// Every average-pool path (layouts, fused ReLU and rounding) against the separate passes.
+// Every average-pool path (layouts, from planes into channels last, fused ReLU and rounding)
+// against the separate passes.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -290,10 +292,12 @@ TEST(PoolLayouts, EveryAveragePoolPathMatchesTheSeparatePassesBitForBit) {
   // {4, 6, 5, 2, 1, 0} and {3, 5, 5, 2, 2, 1} divide by 4 (a power of two: a multiply) on windows
   // that overlap (stride 1) and on windows clipped by the padding (which the divisor counts). The
   // last three pack several windows a vector (c <= 8): a last group short of P with a row and a
-  // column no window covers, one channel (16 windows), 8 channels (both vectors full).
+  // column no window covers, one channel (16 windows), 8 channels (both vectors full). The 2x2
+  // windows that tile with fewer than 16 channels also pool from planes: 15 channels on a row of
+  // 35 windows (3 blocks, the last of 3) as well.
   const Case cases[] = {{6, 28, 28, 2, 2, 0}, {16, 10, 10, 2, 2, 0}, {5, 9, 7, 3, 2, 1}, {17, 8, 8, 3, 1, 1},
                         {33, 7, 9, 2, 2, 0},  {3, 7, 7, 3, 3, 0},    {4, 6, 5, 2, 1, 0}, {3, 5, 5, 2, 2, 1},
-                        {5, 9, 15, 2, 2, 0},  {1, 6, 40, 2, 2, 0},   {8, 4, 6, 2, 2, 0}};
+                        {5, 9, 15, 2, 2, 0},  {1, 6, 40, 2, 2, 0},   {8, 4, 6, 2, 2, 0}, {15, 4, 70, 2, 2, 0}};
   for (const Case& cs : cases)
     for (int fusion = 0; fusion < 8; ++fusion) {
       const AvgPoolFusion f{.relu = (fusion & 1) != 0, .roundY = (fusion & 2) != 0};
@@ -335,7 +339,34 @@ TEST(PoolLayouts, EveryAveragePoolPathMatchesTheSeparatePassesBitForBit) {
         EXPECT_TRUE(sameBits(transposed(yl, g.n, g.c, ohw), want.y)) << path << what;
         EXPECT_TRUE(sameBits(transposed(dxl, g.n, g.c, hw), want.dx)) << path << what;
       }
+      if (!avgPoolPlanesApply(g)) continue;
+      for (bool portable : {false, true}) {  // x and dx NCHW, y and dy channels last
+        std::vector<std::uint16_t> mask(avgPoolPlanesMasks(g), 0xabcd);
+        std::vector<float> yl(ny), dxp(nx, 7.f);
+        avgPoolPlanesPortableSlot() = portable;
+        avgPoolPlanesForward(yl.data(), mask.data(), x.data(), g, f);
+        avgPoolPlanesBackward(dxp.data(), dyl.data(), f.relu ? mask.data() : nullptr, g);
+        avgPoolPlanesPortableSlot() = false;
+        const char* path = portable ? "planes, portable " : "planes ";
+        EXPECT_TRUE(sameBits(transposed(yl, g.n, g.c, ohw), want.y)) << path << what;
+        EXPECT_TRUE(sameBits(dxp, want.dx)) << path << what;
+      }
     }
+}
+
+TEST(PoolLayouts, PoolFromPlanesRefusesOtherGeometries) {
+  PoolGeom g{1, 6, 8, 8, 2, 2, 0};
+  ASSERT_TRUE(avgPoolPlanesApply(g));
+  std::vector<float> x(384), y(96);
+  std::vector<std::uint16_t> mask(avgPoolPlanesMasks(g));
+  EXPECT_THROW(avgPoolPlanesForward(y.data(), nullptr, x.data(), g, {.relu = true}), ShapeError);  // no mask
+  for (PoolGeom bad : {PoolGeom{1, 6, 8, 8, 3, 3, 0}, PoolGeom{1, 6, 8, 8, 2, 1, 0}, PoolGeom{1, 16, 8, 8, 2, 2, 0}}) {
+    EXPECT_FALSE(avgPoolPlanesApply(bad));
+    EXPECT_THROW(avgPoolPlanesForward(y.data(), mask.data(), x.data(), bad, {}), ShapeError);
+    EXPECT_THROW(avgPoolPlanesBackward(x.data(), y.data(), nullptr, bad), ShapeError);
+  }
+  g.nhwc = true;
+  EXPECT_FALSE(avgPoolPlanesApply(g));
 }
 
 TEST(PoolLayouts, AveragePoolRefusesBlockedGradients) {

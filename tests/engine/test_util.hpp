@@ -4,15 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "gemm.hpp"
+#include "golden_util.hpp"
 #include "ops.hpp"
 #include "rng.hpp"
 #include "xspawn/engine/model.hpp"
 #include "xspawn/models.hpp"
+#include "xspawn/nn.hpp"
 #include "xspawn/optim.hpp"
 
 namespace xs::engine::test {
@@ -94,6 +97,34 @@ inline void trainThreeSteps(Model& model, Device& dev) {
     model.trainStep(x.data(), y.data(), 8);
     opt->step();
   }
+}
+
+// A copy of its input and gradient in its own tensors, with none of their flags: the modules
+// around it round and lay out as if alone.
+class Opaque : public nn::Module {
+ public:
+  Shape build(const Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override { return copy(y_, x, ctx); }
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override { return copy(dx_, dy, ctx); }
+
+ private:
+  static const Tensor& copy(Tensor& to, const Tensor& from, nn::Context& ctx) {
+    to.ensure(ctx.dev, from.shape(), "copy");
+    to.setLayout(from.layout());
+    std::memcpy(to.data(), from.data(), from.numel() * sizeof(float));
+    return to;
+  }
+};
+
+// The weights after 3 SGD steps (trainThreeSteps) of a network from build(net, opaque).
+template <class Build>
+std::vector<float> trainedWeights(Precision p, Shape input, bool opaque, Build build) {
+  auto net = std::make_unique<nn::Sequential>();
+  build(*net, opaque);
+  Device dev(p == Precision::kBf16 ? golden::bf16Options() : DeviceOptions{});
+  Model model(dev, {std::move(net), input, 10, "net"}, 5);
+  trainThreeSteps(model, dev);
+  return {model.params().values(), model.params().values() + model.params().size()};
 }
 
 // A built-in network by configuration, on dev, initialised from its seed.

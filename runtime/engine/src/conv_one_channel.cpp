@@ -8,21 +8,25 @@
 //   s[o][ky][kx][l] = sum over images, rows oy and blocks of 16 pixels ox = 16 blk + l of
 //                     dyT[oy][blk][o][l] * xp[oy + ky][ox + kx]
 //
-// so one load of xp per tap serves every channel. The forward's channels interleave into the
-// row [ow, oc] on the way out; the weight gradient reads dy de-interleaved, dyT (zeros past ow),
-// and keeps s per lane until the end. (The row [ow, oc] as the vector instead, over an image with
+// so one load of xp per tap serves every channel. Channels last, the forward's channels
+// interleave into the row [ow, oc] on the way out, and the weight gradient reads dy
+// de-interleaved, dyT (zeros past ow); it keeps s per lane until the end. Before an average pool
+// that takes planes (g.planes: LeNet-5's), y and dy are NCHW: the vectors are stored and read as
+// they are, and the pool interleaves a quarter of the values (ops_pool_planes.cpp). (The row [ow, oc] as the vector instead, over an image with
 // each pixel repeated oc times, loads across cache lines at every tap: 0.7 multiply-adds a
 // cycle, 1.3x slower over LeNet-5's step.) Each sum runs in the order written with fused
 // multiply-adds, the same in the AVX-512 kernels and the portable loops (tested bit for bit).
-// Emulated bf16 rounds x, dy and w once per call.
+// Emulated bf16 rounds dy and w once per call, and x as it copies each image into xp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <immintrin.h>
 #include <utility>
 
+#include "channel_shuffles.hpp"
 #include "conv_onednn.hpp"
 #include "gemm.hpp"
+#include "kernel_util.hpp"
 
 namespace xs::engine::detail {
 namespace {
@@ -30,15 +34,16 @@ namespace {
 constexpr int kLanes = 16;
 // Scratch slots: the GEMM paths' (conv_gemm_nhwc.cpp and gemm()'s rounded copies), which do
 // not run at the same time.
-constexpr int kWeightSlot = 1, kDySlot = 2, kRoundedXSlot = 4, kRoundedDySlot = 5, kSumSlot = 6, kPaddedSlot = 7;
+constexpr int kWeightSlot = 1, kDySlot = 2, kRoundedDySlot = 5, kSumSlot = 6, kPaddedSlot = 7;
 
 // The geometry: xp [h + 2 pad][xpRow], rows of w + 2 pad pixels and then zeros, so that a vector
 // read from any block's tap stays in its row; blocks of 16 pixels per output row.
 struct Rows {
   int oc, oh, ow, kh, kw, blocks, xpRow, xpRows;
+  bool planes;  // y and dy NCHW, not channels last
   explicit Rows(const ConvGeom& g)
       : oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), blocks((ow + kLanes - 1) / kLanes),
-        xpRow(g.w + 2 * g.pad + 2 * kLanes), xpRows(g.h + 2 * g.pad) {}
+        xpRow(g.w + 2 * g.pad + 2 * kLanes), xpRows(g.h + 2 * g.pad), planes(!g.dstNhwc) {}
   int taps() const { return kh * kw; }
   const float* xp(const float* base, int row, int blk, int kx) const {
     return base + static_cast<std::size_t>(row) * xpRow + blk * kLanes + kx;
@@ -49,58 +54,41 @@ struct Rows {
   }
   // Values of block blk's row [16 pixels, oc].
   int valid(int blk) const { return std::min(kLanes, ow - blk * kLanes) * oc; }
+  // Pixels of block blk: its lanes in a plane's row.
+  int pixels(int blk) const { return std::min(kLanes, ow - blk * kLanes); }
+  // y's or dy's value (oy, ox, o) in one image, in their layout.
+  std::size_t at(int oy, int ox, int o) const {
+    return planes ? (static_cast<std::size_t>(o) * oh + oy) * ow + ox
+                  : (static_cast<std::size_t>(oy) * ow + ox) * oc + o;
+  }
 };
 
 // Image x [h, w] -> xp: the image's pixels into the rows, whose zeros (fillPadding, once a
 // call) the images share.
 void fillPadding(float* xp, const Rows& r) { std::fill(xp, xp + static_cast<std::size_t>(r.xpRows) * r.xpRow, 0.f); }
 
-void padImagePortable(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
-  for (int iy = 0; iy < g.h; ++iy)
-    std::memcpy(xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad, x + static_cast<std::size_t>(iy) * g.w,
-                g.w * sizeof(float));
+// round: emulated bf16's rounding of x, in the copy (no pass of its own).
+void padImagePortable(float* xp, const float* x, const ConvGeom& g, const Rows& r, bool round) {
+  for (int iy = 0; iy < g.h; ++iy) {
+    float* to = xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad;
+    const float* from = x + static_cast<std::size_t>(iy) * g.w;
+    if (round) roundToBf16(from, to, g.w);
+    else std::memcpy(to, from, g.w * sizeof(float));
+  }
 }
 
 // Short rows (LeNet-5's 28 pixels) as masked vectors: no call a row.
+template <bool kRound>
 __attribute__((target("avx512f"))) void padImageAvx512(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
   for (int iy = 0; iy < g.h; ++iy) {
     float* to = xp + static_cast<std::size_t>(iy + g.pad) * r.xpRow + g.pad;
     const float* from = x + static_cast<std::size_t>(iy) * g.w;
-    for (int j = 0; j < g.w; j += kLanes)
-      _mm512_mask_storeu_ps(to + j, firstLanes(g.w - j), _mm512_maskz_loadu_ps(firstLanes(g.w - j), from + j));
+    for (int j = 0; j < g.w; j += kLanes) {
+      __m512 v = _mm512_maskz_loadu_ps(firstLanes(g.w - j), from + j);
+      if constexpr (kRound) v = roundBf16(v);
+      _mm512_mask_storeu_ps(to + j, firstLanes(g.w - j), v);
+    }
   }
-}
-
-// Between oc vectors of 16 pixels, one per channel, and the row [16, oc] they make (oc vectors):
-// row lane q = 16 v + l is pixel q / oc of channel q % oc. One two-source permute per pair of
-// sources (index: the lane in the source, plus 16 for the pair's second), blended by pairs.
-struct Shuffles {
-  alignas(64) int toRow[kLanes][kLanes];    // [v][l] from channel vectors
-  alignas(64) int fromRow[kLanes][kLanes];  // [o][l] from row vectors
-  __mmask16 toRowPair[kLanes][kLanes / 2], fromRowPair[kLanes][kLanes / 2];
-  explicit Shuffles(int oc) {
-    std::fill(&toRowPair[0][0], &toRowPair[0][0] + kLanes * kLanes / 2, __mmask16(0));
-    std::fill(&fromRowPair[0][0], &fromRowPair[0][0] + kLanes * kLanes / 2, __mmask16(0));
-    for (int v = 0; v < oc; ++v)
-      for (int l = 0; l < kLanes; ++l) {
-        const int q = v * kLanes + l, ch = q % oc;  // row lane q from channel ch, pixel q / oc
-        toRow[v][l] = q / oc + (ch % 2) * kLanes;
-        toRowPair[v][ch / 2] = static_cast<__mmask16>(toRowPair[v][ch / 2] | (1u << l));
-        const int p = l * oc + v;  // channel v's pixel l: row lane p
-        fromRow[v][l] = p % kLanes + (p / kLanes % 2) * kLanes;
-        fromRowPair[v][p / kLanes / 2] = static_cast<__mmask16>(fromRowPair[v][p / kLanes / 2] | (1u << l));
-      }
-  }
-};
-
-// out = the n sources src[0..n) gathered by index and the pair masks.
-__attribute__((target("avx512f"))) inline __m512 gatherPairs(const __m512* src, int n, const int* index,
-                                                              const __mmask16* pairs) {
-  const __m512i idx = _mm512_load_si512(index);
-  __m512 out = _mm512_permutex2var_ps(src[0], idx, src[n > 1 ? 1 : 0]);
-  for (int j = 1; 2 * j < n; ++j)
-    out = _mm512_mask_blend_ps(pairs[j], out, _mm512_permutex2var_ps(src[2 * j], idx, src[std::min(2 * j + 1, n - 1)]));
-  return out;
 }
 
 // ---- forward -------------------------------------------------------------------------------
@@ -113,12 +101,12 @@ void forwardPortable(float* y, const float* xp, const float* w, const float* b, 
         for (int ky = 0; ky < r.kh; ++ky)
           for (int kx = 0; kx < r.kw; ++kx)
             acc = std::fma(*r.xp(xp, oy + ky, 0, ox + kx), w[o * r.taps() + ky * r.kw + kx], acc);
-        y[(static_cast<std::size_t>(oy) * r.ow + ox) * r.oc + o] = acc;
+        y[r.at(oy, ox, o)] = acc;
       }
 }
 
 // Rows oy0.. (R of them; those past oh run on a clamped row and are dropped) of block blk.
-template <int OC, int R>
+template <int OC, int R, bool kPlanes>
 __attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, const float* w, const float* b,
                                                     const Rows& r, const Shuffles& sh, int oy0, int blk) {
   __m512 acc[R][OC];
@@ -139,6 +127,16 @@ __attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, c
         for (int i = 0; i < R; ++i) acc[i][o] = _mm512_fmadd_ps(xv[i], wv, acc[i][o]);
       }
     }
+  if constexpr (kPlanes) {
+    const __mmask16 m = firstLanes(r.pixels(blk));
+    const std::size_t plane = static_cast<std::size_t>(r.oh) * r.ow;
+    for (int i = 0; i < R && oy0 + i < r.oh; ++i) {
+      float* to = y + static_cast<std::size_t>(oy0 + i) * r.ow + blk * kLanes;
+#pragma GCC unroll 16
+      for (int o = 0; o < OC; ++o) _mm512_mask_storeu_ps(to + o * plane, m, acc[i][o]);
+    }
+    return;
+  }
   const int valid = r.valid(blk);
   for (int i = 0; i < R && oy0 + i < r.oh; ++i) {
     float* to = y + (static_cast<std::size_t>(oy0 + i) * r.ow + blk * kLanes) * OC;
@@ -149,55 +147,64 @@ __attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, c
 }
 
 // Rows of R at a time: R * OC accumulators, at most 24, and R loads of x a tap.
-template <int OC>
+template <int OC, bool kPlanes>
 __attribute__((target("avx512f"))) void forwardAvx512(float* y, const float* xp, const float* w, const float* b,
                                                       const Rows& r, const Shuffles& sh) {
   constexpr int R = OC <= 6 ? 4 : OC <= 8 ? 3 : OC <= 12 ? 2 : 1;
   for (int oy = 0; oy < r.oh; oy += R)
-    for (int blk = 0; blk < r.blocks; ++blk) forwardTile<OC, R>(y, xp, w, b, r, sh, oy, blk);
+    for (int blk = 0; blk < r.blocks; ++blk) forwardTile<OC, R, kPlanes>(y, xp, w, b, r, sh, oy, blk);
 }
 
 using Forward = void (*)(float*, const float*, const float*, const float*, const Rows&, const Shuffles&);
 
 template <std::size_t... I>
-Forward forwardKernel(int oc, std::index_sequence<I...>) {
-  static constexpr Forward kTable[] = {&forwardAvx512<static_cast<int>(I) + 1>...};
-  return kTable[oc - 1];
+Forward forwardKernel(int oc, bool planes, std::index_sequence<I...>) {
+  static constexpr Forward kTable[2][sizeof...(I)] = {{&forwardAvx512<static_cast<int>(I) + 1, false>...},
+                                                      {&forwardAvx512<static_cast<int>(I) + 1, true>...}};
+  return kTable[planes][oc - 1];
 }
 
 // ---- backward: weights and bias -------------------------------------------------------------
 
-// dy [oh, ow, oc] -> dyT; bsum [oc][16] += dyT per lane.
+// dy (either layout) -> dyT; bsum [oc][16] += dyT per lane.
 void deinterleavePortable(float* dyT, float* bsum, const float* dy, const Rows& r) {
   for (int oy = 0; oy < r.oh; ++oy)
     for (int blk = 0; blk < r.blocks; ++blk)
       for (int o = 0; o < r.oc; ++o)
         for (int l = 0; l < kLanes; ++l) {
           const int ox = blk * kLanes + l;
-          const float v = ox < r.ow ? dy[(static_cast<std::size_t>(oy) * r.ow + ox) * r.oc + o] : 0.f;
+          const float v = ox < r.ow ? dy[r.at(oy, ox, o)] : 0.f;
           dyT[r.dyT(oy, blk, o) + l] = v;
           bsum[o * kLanes + l] += v;
         }
 }
 
-template <int OC>
+// With kPlanes, dy is NCHW: its vectors are copied as they are (+0 past ow).
+template <int OC, bool kPlanes>
 __attribute__((target("avx512f"))) void deinterleaveAvx512(float* dyT, float* bsum, const float* dy, const Rows& r,
                                                             const Shuffles& sh) {
   __m512 bias[OC];
 #pragma GCC unroll 16
   for (int o = 0; o < OC; ++o) bias[o] = _mm512_load_ps(bsum + o * kLanes);
+  const std::size_t plane = static_cast<std::size_t>(r.oh) * r.ow;  // NCHW: one channel's values
   for (int oy = 0; oy < r.oh; ++oy)
     for (int blk = 0; blk < r.blocks; ++blk) {
-      const float* from = dy + (static_cast<std::size_t>(oy) * r.ow + blk * kLanes) * OC;
-      const int valid = r.valid(blk);
       __m512 src[OC];
+      if constexpr (kPlanes) {
+        const float* from = dy + static_cast<std::size_t>(oy) * r.ow + blk * kLanes;
 #pragma GCC unroll 16
-      for (int v = 0; v < OC; ++v)
-        src[v] = v * kLanes < valid ? _mm512_maskz_loadu_ps(firstLanes(valid - v * kLanes), from + v * kLanes)
-                                    : _mm512_setzero_ps();
+        for (int o = 0; o < OC; ++o) src[o] = _mm512_maskz_loadu_ps(firstLanes(r.pixels(blk)), from + o * plane);
+      } else {
+        const float* from = dy + (static_cast<std::size_t>(oy) * r.ow + blk * kLanes) * OC;
+        const int valid = r.valid(blk);
+#pragma GCC unroll 16
+        for (int v = 0; v < OC; ++v)
+          src[v] = v * kLanes < valid ? _mm512_maskz_loadu_ps(firstLanes(valid - v * kLanes), from + v * kLanes)
+                                      : _mm512_setzero_ps();
+      }
 #pragma GCC unroll 16
       for (int o = 0; o < OC; ++o) {
-        const __m512 d = gatherPairs(src, OC, sh.fromRow[o], sh.fromRowPair[o]);
+        const __m512 d = kPlanes ? src[o] : gatherPairs(src, OC, sh.fromRow[o], sh.fromRowPair[o]);
         _mm512_store_ps(dyT + r.dyT(oy, blk, o), d);
         bias[o] = _mm512_add_ps(bias[o], d);
       }
@@ -209,9 +216,10 @@ __attribute__((target("avx512f"))) void deinterleaveAvx512(float* dyT, float* bs
 using Deinterleave = void (*)(float*, float*, const float*, const Rows&, const Shuffles&);
 
 template <std::size_t... I>
-Deinterleave deinterleaveKernel(int oc, std::index_sequence<I...>) {
-  static constexpr Deinterleave kTable[] = {&deinterleaveAvx512<static_cast<int>(I) + 1>...};
-  return kTable[oc - 1];
+Deinterleave deinterleaveKernel(int oc, bool planes, std::index_sequence<I...>) {
+  static constexpr Deinterleave kTable[2][sizeof...(I)] = {{&deinterleaveAvx512<static_cast<int>(I) + 1, false>...},
+                                                           {&deinterleaveAvx512<static_cast<int>(I) + 1, true>...}};
+  return kTable[planes][oc - 1];
 }
 
 // s [oc][taps][16] += the image's products, per lane.
@@ -290,9 +298,10 @@ void weightSumsAvx512(float* s, const float* dyT, const float* xp, const Rows& r
 
 bool vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }
 
-void padImage(float* xp, const float* x, const ConvGeom& g, const Rows& r) {
-  if (vectorKernels()) padImageAvx512(xp, x, g, r);
-  else padImagePortable(xp, x, g, r);
+void padImage(float* xp, const float* x, const ConvGeom& g, const Rows& r, bool round) {
+  if (vectorKernels() && round) padImageAvx512<true>(xp, x, g, r);
+  else if (vectorKernels()) padImageAvx512<false>(xp, x, g, r);
+  else padImagePortable(xp, x, g, r, round);
 }
 
 }  // namespace
@@ -303,23 +312,23 @@ bool& oneChannelPortableSlot() {
 }
 
 bool useOneChannelConv(const ConvGeom& g) {
-  return g.c == 1 && g.stride == 1 && g.dstNhwc && g.oc < 16 && !g.dyBlocked && !g.dxBlocked && !g.dyBf16 &&
+  return g.c == 1 && g.stride == 1 && (g.dstNhwc || g.planes) && g.oc < 16 && !g.dyBlocked && !g.dxBlocked && !g.dyBf16 &&
          g.oh() > 0 && g.ow() > 0;
 }
 
 void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
                              const ConvGeom& g) {
   const Rows r(g);
-  const std::size_t xCount = static_cast<std::size_t>(g.n) * g.h * g.w;
-  if (emulatesBf16(dev) && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, xCount);
+  const bool roundX = emulatesBf16(dev) && !g.xRounded;  // in padImage's copy
   if (emulatesBf16(dev) && !g.wRounded)
     w = roundedScratch(dev, kWeightSlot, w, static_cast<std::size_t>(g.oc) * r.taps());
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
   fillPadding(xp, r);
   const Shuffles sh(g.oc);
-  const Forward kernel = vectorKernels() ? forwardKernel(g.oc, std::make_index_sequence<kLanes - 1>()) : nullptr;
+  const Forward kernel =
+      vectorKernels() ? forwardKernel(g.oc, r.planes, std::make_index_sequence<kLanes - 1>()) : nullptr;
   for (int n = 0; n < g.n; ++n) {
-    padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r);
+    padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
     float* yn = y + static_cast<std::size_t>(n) * r.oh * r.ow * r.oc;
     if (kernel) kernel(yn, xp, w, b, r, sh);
     else forwardPortable(yn, xp, w, b, r);
@@ -336,19 +345,18 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   float* dyT = dev.scratch(kDySlot, r.dyT(r.oh, 0, 0));
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
   fillPadding(xp, r);
-  const std::size_t xCount = static_cast<std::size_t>(g.n) * g.h * g.w;
   const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.ow * r.oc;
-  if (emulatesBf16(dev) && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, xCount);
+  const bool roundX = emulatesBf16(dev) && !g.xRounded;  // in padImage's copy
   if (emulatesBf16(dev) && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyCount);
   const bool vecSums = vectorKernels() && (r.kw == 3 || r.kw == 5);
   const Shuffles sh(g.oc);
   const Deinterleave deinterleave =
-      vectorKernels() ? deinterleaveKernel(g.oc, std::make_index_sequence<kLanes - 1>()) : nullptr;
+      vectorKernels() ? deinterleaveKernel(g.oc, r.planes, std::make_index_sequence<kLanes - 1>()) : nullptr;
   for (int n = 0; n < g.n; ++n) {
     const float* dyn = dy + static_cast<std::size_t>(n) * r.oh * r.ow * r.oc;
     if (deinterleave) deinterleave(dyT, bsum, dyn, r, sh);
     else deinterleavePortable(dyT, bsum, dyn, r);
-    padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r);
+    padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
     if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, xp, r);
     else if (vecSums) weightSumsAvx512<5>(s, dyT, xp, r);
     else weightSumsPortable(s, dyT, xp, r);

@@ -106,6 +106,7 @@ class Conv2d : public Module {
     return Shape{out_, g_.oh(), g_.ow()};
   }
   bool roundsInputToBf16() const override { return true; }
+  void fuseWithNext(Module& next) override { planesNext_ = next.takesPlanarInput(); }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     x_ = &x;
     g_.n = x.shape()[0];
@@ -113,6 +114,9 @@ class Conv2d : public Module {
     g_.wRounded = emulatesBf16(ctx.dev);
     g_.srcNhwc = x.layout() == Layout::kNhwc || in_ == 1;  // one channel: the same bytes either way
     g_.dstNhwc = preferredLayout(ctx.dev) == Layout::kNhwc;
+    // Before a pool that takes planes, kernels that compute planes write them (one input channel).
+    g_.planes = g_.dstNhwc && planesNext_ && !needInputGrad_ && conv2dWritesPlanes(ctx.dev, g_);
+    if (g_.planes) g_.dstNhwc = false;
     y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
     y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
     conv2dForward(ctx.dev, y_.data(), x.data(), weight(ctx), bias_ ? ctx.params.value(b_) : nullptr, g_);
@@ -147,6 +151,7 @@ class Conv2d : public Module {
   bool bias_;
   const float* weight(Context& ctx) { return productWeights(ctx, w_, g_.wRounded); }
   bool blockedGrads_ = false, blockedDx_ = false;  // see forward
+  bool planesNext_ = false;                         // the module after takes planes (fuseWithNext)
   ConvGeom g_{};
   std::size_t w_ = 0, b_ = 0;
 };
@@ -157,6 +162,7 @@ class Pool2d : public Module {
   Pool2d(Kind kind, int a, int b, int pad) : kind_(kind), a_(a), b_(b), pad_(pad) {}
   bool absorbReluBefore() override { return reluBefore_ = kind_ != kAdaptive; }
   void fuseWithNext(Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
+  bool takesPlanarInput() const override { return kind_ == kAvg && avgPoolPlanesApply(nchw(g_)); }
   Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
     expectChw(in, prefix + ": pooling");
     if (kind_ == kAdaptive) {
@@ -173,7 +179,10 @@ class Pool2d : public Module {
     // Max- and average pools run in either layout; the adaptive pool pools channels-last input
     // in NCHW (the output stays NCHW, which the next convolution or flatten takes).
     g_.nhwc = x0.layout() == Layout::kNhwc && (kind_ == kAvg || (kind_ == kMax && g_.k <= kMaxNhwcPoolWindow));
-    const Tensor& x = g_.nhwc ? x0 : toNchw(x0, ctx);
+    // From planes (NCHW) into the channels last the next layer prefers, in one pass.
+    planes_ = kind_ == kAvg && x0.layout() == Layout::kNchw && preferredLayout(ctx.dev) == Layout::kNhwc &&
+              avgPoolPlanesApply(g_);
+    const Tensor& x = g_.nhwc || planes_ ? x0 : toNchw(x0, ctx);
     x_ = &x0;
     g_.n = x.shape()[0];
     if (kind_ == kAdaptive) {
@@ -188,8 +197,12 @@ class Pool2d : public Module {
     // Rounded in the pool's pass when the next layer would round it (a max-pool: with its ReLU).
     const bool rounded = (kind_ == kAvg || reluBefore_) && nextRounds_ && emulatesBf16(ctx.dev);
     y_.ensure(ctx.dev, out, "activations");
-    y_.setLayout(x.layout());
-    if (kind_ == kAvg) {
+    y_.setLayout(planes_ ? Layout::kNhwc : x.layout());
+    if (planes_) {  // the ReLU's mask as bits
+      argmax_.ensure(ctx.dev, Shape{static_cast<int>((avgPoolPlanesMasks(g_) + 1) / 2)}, "ReLU masks");
+      avgPoolPlanesForward(y_.data(), reinterpret_cast<std::uint16_t*>(argmax_.data()), x.data(), g_,
+                           {.relu = reluBefore_, .roundY = rounded});
+    } else if (kind_ == kAvg) {
       avgPool2dForward(y_.data(), x.data(), g_, {.relu = reluBefore_, .roundY = rounded});
     } else {
       // max(relu(x)) = relu(max(x)); rounded in the same pass when the next layer would round it.
@@ -226,6 +239,9 @@ class Pool2d : public Module {
     dx.setLayout(blockedDx_ ? Layout::kNchw16c : g_.nhwc ? Layout::kNhwc : Layout::kNchw);
     if (kind_ == kAdaptive)
       adaptiveAvgPool2dBackward(dx.data(), dy.data(), g_.n, g_.c, g_.h, g_.w, a_, b_);
+    else if (planes_)
+      avgPoolPlanesBackward(dx.data(), dy.data(),
+                            reluBefore_ ? reinterpret_cast<const std::uint16_t*>(argmax_.data()) : nullptr, g_);
     else if (kind_ == kAvg)
       avgPool2dBackward(dx.data(), dy.data(), g_, reluBefore_ ? x_->data() : nullptr);
     else if (g_.nhwc)  // the codes carry the fused ReLU's mask
@@ -242,6 +258,10 @@ class Pool2d : public Module {
   }
 
  private:
+  static PoolGeom nchw(PoolGeom g) {
+    g.nhwc = false;
+    return g;
+  }
   const Tensor& toNchw(const Tensor& x, Context& ctx) {
     if (x.layout() == Layout::kNchw) return x;
     staged_.ensure(ctx.dev, x.shape(), "activations");
@@ -255,8 +275,11 @@ class Pool2d : public Module {
   bool reluBefore_ = false;  // the ReLU before it is fused in (Sequential::build)
   bool nextRounds_ = false;  // the module after rounds its input to bf16 (roundsInputToBf16)
   bool blockedDx_ = false;   // dx goes back in channel blocks (see forward)
+  bool planes_ = false;      // an average pool from planes into channels last (see forward)
   PoolGeom g_{};
-  Tensor argmax_;  // plane indices (int32, NCHW) or window codes (uint16, channels last)
+  // Plane indices (int32, NCHW), window codes (uint16, channels last) or, pooling planes, the
+  // fused ReLU's mask (one bit a pixel).
+  Tensor argmax_;
   Tensor staged_;
 };
 
@@ -266,7 +289,9 @@ class Relu : public Module {
   void fuseWithNext(Module& next) override {
     passThrough_ = next.absorbReluBefore();
     nextRounds_ = next.roundsInputToBf16();
+    planesNext_ = passThrough_ && next.takesPlanarInput();
   }
+  bool takesPlanarInput() const override { return planesNext_; }  // x goes to the pool as it is
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     if (passThrough_) return x;  // the pool after it applies the ReLU
     y_.ensure(ctx.dev, x.shape(), "activations");
@@ -293,6 +318,7 @@ class Relu : public Module {
  private:
   bool passThrough_ = false;
   bool nextRounds_ = false, roundDx_ = false;
+  bool planesNext_ = false;
 };
 
 class Dropout : public Module {

@@ -37,6 +37,9 @@ struct ConvGeom {
   int oc, kh, kw;       // weight [oc, c, kh, kw], bias [oc]
   int stride = 1, pad = 0;
   bool srcNhwc = false, dstNhwc = false;  // x and dx / y and dy stored channels last
+  // One input channel, y and dy NCHW (dstNhwc false): the one-channel kernels write their channel
+  // planes as they are, for an average pool that takes planes (Module::takesPlanarInput).
+  bool planes = false;
   // The caller leaves x unchanged between conv2dForward and conv2dBackward: the backward then
   // reuses the forward's copy of x in the kernel's layout and precision (one conversion less).
   bool keepSrc = false;
@@ -91,6 +94,10 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
 // one input channel): it then takes g.dyBlocked / g.dxBlocked and skips the reorders it would
 // make from and to NHWC.
 bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx);
+// True when a convolution of g's geometry, channels last otherwise, runs kernels that compute its
+// output's channel planes (one input channel, AVX-512, no input gradient): with g.planes it
+// then writes y and reads dy NCHW as they are, for an average pool that takes planes.
+bool conv2dWritesPlanes(Device& dev, const ConvGeom& g);
 // Whether the layers pass gradients in channel blocks where both sides can (default on; the
 // results are the same bits either way, which a test checks with this switch).
 void setBlockedGradients(bool on);
@@ -166,6 +173,19 @@ void avgPool2dBackward(float* dx, const float* dy, const PoolGeom& g, const floa
 // The channels-last loops a CPU without AVX-512 runs, whatever this one has (for the tests).
 void avgPoolNhwcForwardPortable(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f = {});
 void avgPoolNhwcBackwardPortable(float* dx, const float* dy, const PoolGeom& g, const float* reluInput = nullptr);
+// The 2x2 average pool that tiles, from channel planes to channels last (ops_pool_planes.cpp):
+// x [n, c, h, w] (g.nhwc false) -> y [n, oh, ow, c], c < 16, for a convolution of one input
+// channel that writes its planes (conv2dWritesPlanes) and a next layer that reads channels last.
+// The same bits as avgPool2dForward. With f.relu it writes the ReLU's mask, avgPoolPlanesMasks(g)
+// uint16 (one bit a pixel), which the backward reads instead of x.
+bool avgPoolPlanesApply(const PoolGeom& g);
+std::size_t avgPoolPlanesMasks(const PoolGeom& g);
+void avgPoolPlanesForward(float* y, std::uint16_t* mask, const float* x, const PoolGeom& g, AvgPoolFusion f);
+// dy [n, oh, ow, c] -> dx [n, c, h, w]; mask: the forward's with a fused ReLU, else null. g.dxRounded:
+// dx rounded to bf16.
+void avgPoolPlanesBackward(float* dx, const float* dy, const std::uint16_t* mask, const PoolGeom& g);
+// Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
+bool& avgPoolPlanesPortableSlot();
 // x [n, c, h, w] -> y [n, c, oh, ow]; window i covers [floor(i*h/oh), ceil((i+1)*h/oh))
 void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow);
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,

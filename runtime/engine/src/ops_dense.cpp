@@ -304,8 +304,16 @@ bool& blockedGradientsSlot() {
 void setBlockedGradients(bool on) { blockedGradientsSlot() = on; }
 
 bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
-  return blockedGradientsSlot() && !nativeBf16(dev) && convBackend() == ConvBackend::kOneDnn &&
+  return blockedGradientsSlot() && !g.planes && !nativeBf16(dev) && convBackend() == ConvBackend::kOneDnn &&
          !detail::useNhwcGemm(g) && !g.dyBf16 && detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
+}
+
+bool conv2dWritesPlanes(Device& dev, const ConvGeom& g) {
+  ConvGeom planar = g;
+  planar.dstNhwc = false;
+  planar.planes = true;
+  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() &&
+         detail::useOneChannelConv(planar);
 }
 
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,

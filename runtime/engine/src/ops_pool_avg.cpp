@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <type_traits>
 #include <utility>
 
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
+#include "kernel_util.hpp"
 #include "ops.hpp"
 
 namespace xs::engine {
@@ -124,16 +124,6 @@ void nhwcBackwardLoops(float* dx, const float* dy, const PoolGeom& g) {
 // ---- channels last, AVX-512: a window's channels in vectors of 16, the last one masked ---------
 
 #define XS_AVX512 __attribute__((target("avx512f")))
-
-// 16 lanes rounded to bf16 by the one rounding rule (gemm.hpp's roundToBf16), which this loop
-// vectorises.
-XS_AVX512 inline __m512 roundBf16(__m512 v) {
-  alignas(64) float t[kLanes];
-  _mm512_store_ps(t, v);
-#pragma omp simd
-  for (int j = 0; j < kLanes; ++j) t[j] = roundToBf16(t[j]);
-  return _mm512_load_ps(t);
-}
 
 // s / div with the division's bits (a multiply where div is a power of two).
 XS_AVX512 inline __m512 quotient(__m512 s, const AvgWindow& win) {
@@ -349,16 +339,6 @@ XS_AVX512 void packedBackwardAvx512(float* dx, const float* dy, const float* x, 
 }
 
 #undef XS_AVX512
-
-// run(relu, round) with each flag as a compile-time constant (std::bool_constant), so that a
-// kernel instantiation for the four combinations is picked once a call.
-template <class Run>
-void withFlags(bool relu, bool round, Run run) {
-  if (relu && round) run(std::true_type{}, std::true_type{});
-  else if (relu) run(std::true_type{}, std::false_type{});
-  else if (round) run(std::false_type{}, std::true_type{});
-  else run(std::false_type{}, std::false_type{});
-}
 
 // Where the packed kernels apply: 2x2 windows that tile, at least two of them a vector.
 bool packs(const PoolGeom& g) { return g.tiles() && g.k == 2 && g.c <= kLanes / 2; }

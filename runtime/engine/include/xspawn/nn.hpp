@@ -70,6 +70,12 @@ class Module {
   // flatten passes the question on): the module before may then write its output rounded
   // (Tensor::bf16Values) in a pass it makes anyway, and save this module its rounding pass.
   virtual bool roundsInputToBf16() const { return false; }
+  // True when this module takes an NCHW input as fast as a channels-last one and gives its
+  // output channels last all the same (a 2x2 average pool of fewer than 16 channels): the module
+  // before may then write NCHW where its kernels compute channel planes (a convolution of one
+  // input channel), and skip interleaving them. A ReLU fused into the module after it passes
+  // the question on.
+  virtual bool takesPlanarInput() const { return false; }
   // Set by Sequential::build on every module but its first: the input is the output of the
   // module before, read by nothing else, so its gradient may go back in the layout that module
   // asked for (Tensor::blockedGrad).

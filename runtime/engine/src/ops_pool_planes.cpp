@@ -1,0 +1,232 @@
+// ops_pool_planes.cpp: the 2x2 average pool that tiles, from channel planes to channels last:
+// x [n, c, h, w] -> y [n, oh, ow, c], c < 16, with the ReLU before it and bf16 rounding of y or
+// dx fused in. A convolution of one input channel computes its output as channel planes
+// (conv_one_channel.cpp, LeNet-5's first layer); the pool reads them as they are and
+// interleaves its quarter of the values into the channels-last rows the next convolution reads.
+// Its backward spreads dy back into planes, which that convolution's weight gradient reads as
+// they are. The ReLU's mask goes to the backward as bits, one per pixel: it reads 1/32 of x's
+// bytes. A window sums as ops_pool_avg.cpp's do (rows, then columns, from +0, times 1/4), so
+// the bits are those of the separate ReLU, pool and rounding passes.
+#include <algorithm>
+#include <cstring>
+#include <immintrin.h>
+
+#include "xspawn/error.hpp"
+#include "channel_shuffles.hpp"
+#include "gemm.hpp"
+#include "kernel_util.hpp"
+#include "ops.hpp"
+
+namespace xs::engine {
+
+namespace {
+
+using detail::gatherPairs;
+using detail::Shuffles;
+constexpr int kLanes = 16;
+
+// A window block is 16 output windows of one row; it reads 32 pixels of two input rows, two
+// vectors each, whose masks are two uint16 a row: mask [n, c, h, 2 blocks].
+struct Planes {
+  int c, h, w, oh, ow, blocks;
+  explicit Planes(const PoolGeom& g)
+      : c(g.c), h(g.h), w(g.w), oh(g.oh()), ow(g.ow()), blocks((g.ow() + kLanes - 1) / kLanes) {}
+  template <class T>  // float or const float
+  T* pixel(T* x, int n, int ch, int iy, int ix) const {
+    return x + ((static_cast<std::size_t>(n) * c + ch) * h + iy) * w + ix;
+  }
+  std::size_t maskAt(int n, int ch, int iy, int ix) const {
+    return ((static_cast<std::size_t>(n) * c + ch) * h + iy) * 2 * blocks + ix / kLanes;
+  }
+  std::size_t yAt(int n, int oy, int ox) const { return ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c; }
+  int windows(int blk) const { return std::min(kLanes, ow - blk * kLanes); }
+};
+
+// Pixels no window covers (odd h or w): +0.
+void zeroUncovered(float* dx, const Planes& p, int n) {
+  for (int ch = 0; ch < p.c; ++ch)
+    for (int iy = 0; iy < p.h; ++iy) {
+      const int from = iy < 2 * p.oh ? 2 * p.ow : 0;
+      std::fill(p.pixel(dx, n, ch, iy, from), p.pixel(dx, n, ch, iy, p.w), 0.f);
+    }
+}
+
+void forwardLoops(float* y, std::uint16_t* mask, const float* x, const PoolGeom& g, AvgPoolFusion f) {
+  const Planes p(g);
+  if (f.relu) std::fill(mask, mask + avgPoolPlanesMasks(g), std::uint16_t{0});
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < p.oh; ++oy)
+      for (int ox = 0; ox < p.ow; ++ox)
+        for (int ch = 0; ch < p.c; ++ch) {
+          float s = 0.f;
+          for (int iy = 2 * oy; iy < 2 * oy + 2; ++iy)
+            for (int ix = 2 * ox; ix < 2 * ox + 2; ++ix) {
+              float v = *p.pixel(x, n, ch, iy, ix);
+              if (f.relu && v > 0.f) mask[p.maskAt(n, ch, iy, ix)] |= static_cast<std::uint16_t>(1u << (ix % kLanes));
+              else if (f.relu) v = 0.f;  // NaN and -0 give +0
+              s += v;
+            }
+          y[p.yAt(n, oy, ox) + ch] = f.roundY ? roundToBf16(s / 4.f) : s / 4.f;
+        }
+}
+
+void backwardLoops(float* dx, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
+  const Planes p(g);
+  for (int n = 0; n < g.n; ++n) {
+    zeroUncovered(dx, p, n);
+    for (int oy = 0; oy < p.oh; ++oy)
+      for (int ox = 0; ox < p.ow; ++ox)
+        for (int ch = 0; ch < p.c; ++ch) {
+          float q = 0.f + dy[p.yAt(n, oy, ox) + ch] / 4.f;
+          if (g.dxRounded) q = roundToBf16(q);
+          for (int iy = 2 * oy; iy < 2 * oy + 2; ++iy)
+            for (int ix = 2 * ox; ix < 2 * ox + 2; ++ix) {
+              const bool pass = !mask || (mask[p.maskAt(n, ch, iy, ix)] >> (ix % kLanes) & 1u);
+              *p.pixel(dx, n, ch, iy, ix) = pass ? q : 0.f;
+            }
+        }
+  }
+}
+
+#define XS_AVX512 __attribute__((target("avx512f")))
+
+constexpr __mmask16 kAll = 0xffff;  // (maskz_ permutes: GCC 12 warns on the plain one's undefined source)
+
+// Lane indexes: a window's left and right pixels among 32 (two vectors), and the pixels 0..15
+// and 16..31 from their windows.
+struct Lanes {
+  alignas(64) int left[kLanes], right[kLanes], low[kLanes], high[kLanes];
+  Lanes() {
+    for (int l = 0; l < kLanes; ++l) left[l] = 2 * l, right[l] = 2 * l + 1, low[l] = l / 2, high[l] = 8 + l / 2;
+  }
+};
+
+// Block blk of row oy: each channel's 16 windows from its planes' two rows, then interleaved.
+template <bool kRelu, bool kRound>
+XS_AVX512 void forwardBlock(float* y, std::uint16_t* mask, const float* x, const Planes& p, const Shuffles& sh,
+                            const Lanes& ln, int n, int oy, int blk) {
+  const int wins = p.windows(blk);
+  const __mmask16 m0 = firstLanes(2 * wins), m1 = wins > 8 ? firstLanes(2 * wins - kLanes) : 0;
+  const __m512i left = _mm512_load_si512(ln.left), right = _mm512_load_si512(ln.right);
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 win[kLanes];
+  for (int ch = 0; ch < p.c; ++ch) {
+    __m512 s = zero;
+    for (int ky = 0; ky < 2; ++ky) {
+      const float* row = p.pixel(x, n, ch, 2 * oy + ky, 2 * kLanes * blk);
+      __m512 a = _mm512_maskz_loadu_ps(m0, row), b = _mm512_maskz_loadu_ps(m1, row + kLanes);
+      if constexpr (kRelu) {  // x > 0 ? x : +0 (NaN and -0 give +0), the mask kept
+        const __mmask16 pa = _mm512_cmp_ps_mask(a, zero, _CMP_GT_OQ), pb = _mm512_cmp_ps_mask(b, zero, _CMP_GT_OQ);
+        a = _mm512_maskz_mov_ps(pa, a), b = _mm512_maskz_mov_ps(pb, b);
+        std::uint16_t* bits = mask + p.maskAt(n, ch, 2 * oy + ky, 2 * kLanes * blk);
+        bits[0] = pa, bits[1] = pb;
+      }
+      s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, left, b));
+      s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, right, b));
+    }
+    win[ch] = _mm512_mul_ps(s, _mm512_set1_ps(0.25f));  // / 4, a power of two: the same bits
+    if constexpr (kRound) win[ch] = roundBf16(win[ch]);
+  }
+  float* out = y + p.yAt(n, oy, blk * kLanes);
+  const int valid = wins * p.c;
+  for (int v = 0; v * kLanes < valid; ++v)
+    _mm512_mask_storeu_ps(out + v * kLanes, firstLanes(valid - v * kLanes),
+                          gatherPairs(win, p.c, sh.toRow[v], sh.toRowPair[v]));
+}
+
+// Block blk of row oy: dy's row de-interleaved into channels, each window's quotient spread to
+// its four pixels (+0 where the ReLU's mask is clear).
+template <bool kRelu, bool kRound>
+XS_AVX512 void backwardBlock(float* dx, const float* dy, const std::uint16_t* mask, const Planes& p,
+                             const Shuffles& sh, const Lanes& ln, int n, int oy, int blk) {
+  const int wins = p.windows(blk);
+  const __mmask16 m0 = firstLanes(2 * wins), m1 = wins > 8 ? firstLanes(2 * wins - kLanes) : 0;
+  const __m512i low = _mm512_load_si512(ln.low), high = _mm512_load_si512(ln.high);
+  const __m512 zero = _mm512_setzero_ps();
+  const float* up = dy + p.yAt(n, oy, blk * kLanes);
+  const int valid = wins * p.c;
+  __m512 rows[kLanes];
+  for (int v = 0; v < p.c; ++v)
+    rows[v] = v * kLanes < valid ? _mm512_maskz_loadu_ps(firstLanes(valid - v * kLanes), up + v * kLanes) : zero;
+  for (int ch = 0; ch < p.c; ++ch) {
+    const __m512 d = gatherPairs(rows, p.c, sh.fromRow[ch], sh.fromRowPair[ch]);
+    __m512 grad = _mm512_add_ps(zero, _mm512_mul_ps(d, _mm512_set1_ps(0.25f)));
+    if constexpr (kRound) grad = roundBf16(grad);  // before the mask: round(+0) is +0
+    const __m512 g0 = _mm512_maskz_permutexvar_ps(kAll, low, grad), g1 = _mm512_maskz_permutexvar_ps(kAll, high, grad);
+    for (int ky = 0; ky < 2; ++ky) {
+      float* row = p.pixel(dx, n, ch, 2 * oy + ky, 2 * kLanes * blk);
+      __m512 v0 = g0, v1 = g1;
+      if constexpr (kRelu) {
+        const std::uint16_t* bits = mask + p.maskAt(n, ch, 2 * oy + ky, 2 * kLanes * blk);
+        v0 = _mm512_maskz_mov_ps(bits[0], g0), v1 = _mm512_maskz_mov_ps(bits[1], g1);
+      }
+      _mm512_mask_storeu_ps(row, m0, v0);
+      _mm512_mask_storeu_ps(row + kLanes, m1, v1);
+    }
+  }
+}
+
+template <bool kRelu, bool kRound>
+XS_AVX512 void forwardAvx512(float* y, std::uint16_t* mask, const float* x, const PoolGeom& g) {
+  const Planes p(g);
+  const Shuffles sh(p.c);
+  const Lanes ln;
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < p.oh; ++oy)
+      for (int blk = 0; blk < p.blocks; ++blk) forwardBlock<kRelu, kRound>(y, mask, x, p, sh, ln, n, oy, blk);
+}
+
+template <bool kRelu, bool kRound>
+XS_AVX512 void backwardAvx512(float* dx, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
+  const Planes p(g);
+  const Shuffles sh(p.c);
+  const Lanes ln;
+  const bool uncovered = 2 * p.oh != p.h || 2 * p.ow != p.w;
+  for (int n = 0; n < g.n; ++n) {
+    if (uncovered) zeroUncovered(dx, p, n);
+    for (int oy = 0; oy < p.oh; ++oy)
+      for (int blk = 0; blk < p.blocks; ++blk) backwardBlock<kRelu, kRound>(dx, dy, mask, p, sh, ln, n, oy, blk);
+  }
+}
+
+#undef XS_AVX512
+
+bool vectorKernels() { return cpuHasAvx512() && !avgPoolPlanesPortableSlot(); }
+
+void check(const PoolGeom& g, bool masked) {
+  checkPool(g, "average-pool");
+  XS_CHECK(avgPoolPlanesApply(g), ShapeError,
+           "average-pool from planes: needs 2x2 windows that tile, fewer than 16 channels and NCHW x (got " +
+               std::to_string(g.k) + "x" + std::to_string(g.k) + " stride " + std::to_string(g.stride) + ", " +
+               std::to_string(g.c) + " channels): ask avgPoolPlanesApply first");
+  XS_CHECK(masked, ShapeError, "average-pool from planes: a fused ReLU needs the mask buffer (avgPoolPlanesMasks)");
+}
+
+}  // namespace
+
+bool& avgPoolPlanesPortableSlot() {
+  static bool portable = false;
+  return portable;
+}
+
+bool avgPoolPlanesApply(const PoolGeom& g) {
+  return g.tiles() && g.k == 2 && g.c < kLanes && !g.nhwc && !g.dyBlocked && !g.dxBlocked;
+}
+
+std::size_t avgPoolPlanesMasks(const PoolGeom& g) {
+  return static_cast<std::size_t>(g.n) * g.c * g.h * 2 * ((g.ow() + kLanes - 1) / kLanes);
+}
+
+void avgPoolPlanesForward(float* y, std::uint16_t* mask, const float* x, const PoolGeom& g, AvgPoolFusion f) {
+  check(g, !f.relu || mask);
+  if (!vectorKernels()) return forwardLoops(y, mask, x, g, f);
+  withFlags(f.relu, f.roundY, [&](auto relu, auto round) { forwardAvx512<relu, round>(y, mask, x, g); });
+}
+
+void avgPoolPlanesBackward(float* dx, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
+  check(g, true);
+  if (!vectorKernels()) return backwardLoops(dx, dy, mask, g);
+  withFlags(mask != nullptr, g.dxRounded, [&](auto relu, auto round) { backwardAvx512<relu, round>(dx, dy, mask, g); });
+}
+
+}  // namespace xs::engine
