@@ -39,9 +39,10 @@ void conv2dForwardGemmNhwc(Device& dev, float* y, const float* x, const float* w
 void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const float* dy,
                             const float* x, const float* w, const ConvGeom& g);
 
-// One input channel into fewer than 16 channels-last outputs, stride 1 (conv_one_channel.cpp),
-// chosen by useOneChannelConv in fp32 and emulated bf16: forward, and backward's weight and
-// bias gradients (an input gradient, when asked for, takes the path below or oneDNN).
+// One input channel into fewer than 16 channels-last outputs (or NCHW ones, g.planes), stride 1
+// (conv_one_channel.cpp), chosen by useOneChannelConv in fp32 and emulated bf16 where the CPU has
+// AVX-512: forward, and backward's weight and bias gradients (an input gradient, when asked for,
+// takes the path below or oneDNN).
 bool useOneChannelConv(const ConvGeom& g);
 void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
                              const ConvGeom& g);
@@ -51,8 +52,8 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
 bool& oneChannelPortableSlot();
 
 // The input gradient of a channels-last stride-1 convolution into fewer than 16 input channels
-// (conv_narrow_data.cpp), chosen by useNarrowDataGradient in fp32 and emulated bf16; dx is
-// overwritten. The weight and bias gradients stay with the other paths.
+// (conv_narrow_data.cpp), chosen by useNarrowDataGradient in fp32 and emulated bf16 where the
+// CPU has AVX-512; dx is overwritten. The weight and bias gradients stay with the other paths.
 bool useNarrowDataGradient(const ConvGeom& g);
 void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).

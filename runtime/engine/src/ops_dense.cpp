@@ -234,18 +234,27 @@ const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int
 }  // namespace
 
 namespace {
-// Whether conv2dForward runs the narrow forward (no copy of x kept for the backward then): only
-// on its AVX-512 kernels, oneDNN being faster than its portable loops.
+// Our kernels for narrow convolutions run only where their AVX-512 kernels do: elsewhere their
+// portable loops lose to oneDNN's. The one-channel forward and weight gradient:
+bool oneChannel(Device& dev, const ConvGeom& g) {
+  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() && detail::useOneChannelConv(g);
+}
+// The narrow forward (no copy of x kept for the backward then):
 bool narrowForward(Device& dev, const ConvGeom& g) {
-  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && !detail::useOneChannelConv(g) &&
+  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && !oneChannel(dev, g) &&
          !detail::useNhwcGemm(g) && detail::useNarrowForward(g) && detail::narrowForwardVectorized(g);
+}
+// The narrow input gradient:
+bool narrowData(Device& dev, const ConvGeom& g) {
+  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() && !detail::useNhwcGemm(g) &&
+         detail::useNarrowDataGradient(g);
 }
 }  // namespace
 
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g) {
   checkGeom(g);
-  if (convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && detail::useOneChannelConv(g)) {
+  if (oneChannel(dev, g)) {
     detail::conv2dForwardOneChannel(dev, y, x, w, b, g);
     return;
   }
@@ -312,8 +321,7 @@ bool conv2dWritesPlanes(Device& dev, const ConvGeom& g) {
   ConvGeom planar = g;
   planar.dstNhwc = false;
   planar.planes = true;
-  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() &&
-         detail::useOneChannelConv(planar);
+  return oneChannel(dev, planar);
 }
 
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
@@ -331,13 +339,12 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
                          "channels last, Winograd or one input channel): ask conv2dGradsBlocked16 first");
     return;
   }
-  if (dx && convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && !detail::useNhwcGemm(g) &&
-      detail::useNarrowDataGradient(g)) {
+  if (dx && narrowData(dev, g)) {
     detail::conv2dDataGradientNarrow(dev, dx, dy, w, g);
     if (dw) conv2dBackward(dev, nullptr, dw, db, dy, x, w, g);
     return;
   }
-  if (!dx && dw && convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && detail::useOneChannelConv(g)) {
+  if (!dx && dw && oneChannel(dev, g)) {
     detail::conv2dBackwardOneChannel(dev, dw, db, dy, x, g);
     return;
   }
