@@ -14,7 +14,6 @@
 // bit). Emulated bf16 rounds x once per call and w as it builds wt.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <immintrin.h>
 #include <utility>
 
@@ -31,10 +30,10 @@ constexpr int kWeightSlot = 1, kPaddedSlot = 2, kRoundedXSlot = 4;
 
 // The geometry: runs of `run` = kw * c values; xp rows of (w + 2 pad) * c values.
 struct Taps {
-  int c, oc, oh, ow, kh, kw, run, xpRow, xpRows;
+  int c, oc, oh, ow, kh, kw, run, xpRow;
   explicit Taps(const ConvGeom& g)
-      : c(g.c), oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), run(g.kw * g.c), xpRow((g.w + 2 * g.pad) * g.c),
-        xpRows(g.h + 2 * g.pad) {}
+      : c(g.c), oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), run(g.kw * g.c),
+        xpRow((g.w + 2 * g.pad) * g.c) {}
   std::size_t wtCount() const { return static_cast<std::size_t>(kh) * run * kLanes; }
 };
 
@@ -142,17 +141,10 @@ void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, 
   if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, image * g.n);
   float* wt = dev.scratch(kWeightSlot, t.wtCount());  // 64-byte aligned, as every scratch slot
   tapColumns(wt, w, g, t, emulated && !g.wRounded);
-  float* xp = g.pad ? dev.scratch(kPaddedSlot, static_cast<std::size_t>(t.xpRows) * t.xpRow) : nullptr;
-  if (xp) std::fill(xp, xp + static_cast<std::size_t>(t.xpRows) * t.xpRow, 0.f);  // the borders, once
+  const PaddedImages padded(dev, kPaddedSlot, g);
   const bool vector = narrowForwardVectorized(g) && !narrowForwardPortableSlot();
-  for (int n = 0; n < g.n; ++n) {
-    const float* xn = x + n * image;
-    if (xp)  // without padding x is xp
-      for (int iy = 0; iy < g.h; ++iy)
-        std::memcpy(xp + static_cast<std::size_t>(iy + g.pad) * t.xpRow + g.pad * g.c,
-                    xn + static_cast<std::size_t>(iy) * g.w * g.c, g.w * g.c * sizeof(float));
-    imageRows(y + static_cast<std::size_t>(n) * t.oh * t.ow * t.oc, xp ? xp : xn, wt, b, t, vector);
-  }
+  for (int n = 0; n < g.n; ++n)
+    imageRows(y + static_cast<std::size_t>(n) * t.oh * t.ow * t.oc, padded.image(x, n), wt, b, t, vector);
 }
 
 }  // namespace xs::engine::detail

@@ -2,7 +2,9 @@
 // returns false when oneDNN has no primitive for the geometry, so the caller uses im2col.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "ops.hpp"
 
@@ -70,5 +72,40 @@ void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, 
 bool narrowForwardVectorized(const ConvGeom& g);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& narrowForwardPortableSlot();
+
+// A channels-last image with its padding, for the narrow convolutions: rows of (w + 2 pad) * c
+// values in a scratch slot whose zero borders are written once; without padding, x's own image.
+class PaddedImages {
+ public:
+  PaddedImages(Device& dev, int slot, const ConvGeom& g)
+      : g_(g), row_(static_cast<std::size_t>(g.w + 2 * g.pad) * g.c),
+        xp_(g.pad ? dev.scratch(slot, (g.h + 2 * g.pad) * row_) : nullptr) {
+    if (xp_) std::fill(xp_, xp_ + (g.h + 2 * g.pad) * row_, 0.f);
+  }
+  // Image n of x [n, h, w, c], padded.
+  const float* image(const float* x, int n) const {
+    const float* xn = x + static_cast<std::size_t>(n) * g_.h * g_.w * g_.c;
+    if (!xp_) return xn;
+    for (int iy = 0; iy < g_.h; ++iy)
+      std::memcpy(xp_ + (iy + g_.pad) * row_ + static_cast<std::size_t>(g_.pad) * g_.c,
+                  xn + static_cast<std::size_t>(iy) * g_.w * g_.c, static_cast<std::size_t>(g_.w) * g_.c * sizeof(float));
+    return xp_;
+  }
+
+ private:
+  const ConvGeom& g_;
+  std::size_t row_;
+  float* xp_;
+};
+
+// The weight and bias gradients of a channels-last stride-1 convolution from fewer than 16 input
+// channels into at most 16 outputs (conv_narrow_weights.cpp), chosen by useNarrowWeightGradient in
+// fp32 and emulated bf16 where the CPU has AVX-512. dw and db are added to (or written, with
+// g.overwriteGrads); db may be null.
+bool useNarrowWeightGradient(const ConvGeom& g);
+void conv2dWeightGradientNarrow(Device& dev, float* dw, float* db, const float* dy, const float* x,
+                                const ConvGeom& g);
+// Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
+bool& narrowWeightsPortableSlot();
 
 }  // namespace xs::engine::detail

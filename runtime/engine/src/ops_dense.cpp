@@ -244,6 +244,11 @@ bool narrowForward(Device& dev, const ConvGeom& g) {
   return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && !oneChannel(dev, g) &&
          !detail::useNhwcGemm(g) && detail::useNarrowForward(g) && detail::narrowForwardVectorized(g);
 }
+// The narrow weight and bias gradients:
+bool narrowWeights(Device& dev, const ConvGeom& g) {
+  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() && !detail::useNhwcGemm(g) &&
+         !oneChannel(dev, g) && detail::useNarrowWeightGradient(g);
+}
 // The narrow input gradient:
 bool narrowData(Device& dev, const ConvGeom& g) {
   return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() && !detail::useNhwcGemm(g) &&
@@ -346,6 +351,10 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
   }
   if (!dx && dw && oneChannel(dev, g)) {
     detail::conv2dBackwardOneChannel(dev, dw, db, dy, x, g);
+    return;
+  }
+  if (!dx && dw && narrowWeights(dev, g)) {
+    detail::conv2dWeightGradientNarrow(dev, dw, db, dy, x, g);
     return;
   }
   if (g.dyBf16) {  // oneDNN's kernels read bf16 dy as it is; the other paths widen it once
