@@ -49,13 +49,18 @@ data::Dataset stripes(data::Split split, std::int64_t count) {
 
 // A layer of one's own that only watches: the mean of the features it sees. It hands on its
 // input and its gradient as they are (the same tensors, so what the layers around it say on them,
-// the layout and Tensor::bf16Values, passes through) and answers roundsInputToBf16 for the
-// layer after it, so those layers keep their bf16 shortcuts.
+// the layout and Tensor::bf16Values, passes through) and answers roundsInputToBf16 and
+// takesPlanarInput for the layer after it, so the layers around it keep their bf16 shortcuts and
+// their layouts (a mean reads any layout).
 class FeatureMean : public nn::Module {
  public:
   xs::engine::Shape build(const xs::engine::Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
-  void fuseWithNext(nn::Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
+  void fuseWithNext(nn::Module& next) override {
+    nextRounds_ = next.roundsInputToBf16();
+    nextPlanes_ = next.takesPlanarInput();
+  }
   bool roundsInputToBf16() const override { return nextRounds_; }
+  bool takesPlanarInput() const override { return nextPlanes_; }
   const xs::engine::Tensor& forward(const xs::engine::Tensor& x, nn::Context&) override {
     double sum = 0;
     for (std::size_t i = 0; i < x.numel(); ++i) sum += x.data()[i];
@@ -66,7 +71,7 @@ class FeatureMean : public nn::Module {
   float mean() const { return mean_; }
 
  private:
-  bool nextRounds_ = false;
+  bool nextRounds_ = false, nextPlanes_ = false;
   float mean_ = 0.f;
 };
 
