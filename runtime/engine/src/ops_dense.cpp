@@ -101,14 +101,17 @@ void nhwcToNchw(float* dst, const float* src, int n, int c, int hw) { transposeI
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
                    int I, int O, RoundedOperands* r) {
   // y [B, O] = x [B, I] * w^T [I, O]
-  if (b)
-    for (int i = 0; i < B; ++i) std::memcpy(y + static_cast<std::size_t>(i) * O, b, O * sizeof(float));
-  if (r && emulatesBf16(dev)) {
+  const bool emulated = r && emulatesBf16(dev);
+  if (emulated) {
     if (!r->xRounded) x = roundedCopy(dev, r->x, x, static_cast<std::size_t>(B) * I);
     if (!r->wRounded) w = roundedCopy(dev, r->w, w, static_cast<std::size_t>(O) * I);
-    gemmOfRounded(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
-    return;
   }
+  const bool rows = gemmBackend() == GemmBackend::kOneDnn &&
+                    (emulated || dev.precision() == Precision::kFp32) && useLinearRows(B, I, O);
+  if (rows) return linearForwardRows(dev, y, x, w, b, B, I, O);
+  if (b)
+    for (int i = 0; i < B; ++i) std::memcpy(y + static_cast<std::size_t>(i) * O, b, O * sizeof(float));
+  if (emulated) return gemmOfRounded(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
   gemm(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
 }
 
