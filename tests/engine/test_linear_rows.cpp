@@ -1,7 +1,8 @@
-// test_linear_rows.cpp: the small-batch linear forward (linear_rows.cpp): its AVX-512 kernel and
-// portable loop against a scalar reference of the same sums, bit for bit, over batches of 1 to 4
-// vectors and row counts with and without a short last block; the layers' forward through it
-// against OpenBLAS to fp32's tolerance; emulated bf16 as fp32 on rounded operands.
+// test_linear_rows.cpp: the small-batch linear forward and input gradient (linear_rows.cpp):
+// AVX-512 kernels and portable loops against scalar references of the same sums, bit for bit,
+// over batches of 1 to 4 vectors, row counts with and without a short last block and inputs of
+// one or two column blocks; the layers' passes through them against OpenBLAS to fp32's
+// tolerance; emulated bf16 as fp32 on rounded operands.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,9 +35,23 @@ Vec reference(const Case& c, const Vec& x, const Vec& w, const float* bias) {
   return y;
 }
 
-// Batches of 2, 1, 4 and 3 vectors (12, 24, 6 and 8 rows a block); short last blocks of 2, 6 and
-// 1 rows; one output.
-const Case kCases[] = {{32, 300, 50}, {5, 17, 30}, {64, 100, 13}, {40, 64, 8}, {1, 3, 1}};
+// dx[b][k] = sum over o in order of w[o][k] * dy[b][o], from zero, fused multiply-adds.
+Vec gradReference(const Case& c, const Vec& dy, const Vec& w) {
+  Vec dx(static_cast<std::size_t>(c.batch) * c.in);
+  for (int b = 0; b < c.batch; ++b)
+    for (int k = 0; k < c.in; ++k) {
+      float acc = 0.f;
+      for (int o = 0; o < c.out; ++o)
+        acc = std::fma(w[static_cast<std::size_t>(o) * c.in + k], dy[static_cast<std::size_t>(b) * c.out + o], acc);
+      dx[static_cast<std::size_t>(b) * c.in + k] = acc;
+    }
+  return dx;
+}
+
+// Batches of 2, 1, 4 and 3 vectors (forward: 12, 24, 6 and 8 rows a block; input gradient: 8 or
+// 6); short last blocks; one output; 1,600 inputs at 3 vectors (two column blocks of the input
+// gradient).
+const Case kCases[] = {{32, 300, 50}, {5, 17, 30}, {64, 100, 13}, {40, 64, 8}, {1, 3, 1}, {40, 1600, 20}};
 
 TEST(LinearRows, KernelAndLoopMatchTheirScalarSumsBitForBit) {
   Device dev;
@@ -54,6 +69,21 @@ TEST(LinearRows, KernelAndLoopMatchTheirScalarSumsBitForBit) {
       }
 }
 
+TEST(LinearRows, InputGradientKernelAndLoopMatchTheirScalarSumsBitForBit) {
+  Device dev;
+  for (const Case& c : kCases)
+    for (bool portable : {false, true}) {
+      const Vec dy = test::pattern(static_cast<std::size_t>(c.batch) * c.out, 11),
+                w = test::pattern(static_cast<std::size_t>(c.out) * c.in, 12);
+      Vec dx(static_cast<std::size_t>(c.batch) * c.in, 7.f);
+      linearRowsPortableSlot() = portable;
+      linearDataGradientRows(dev, dx.data(), dy.data(), w.data(), c.batch, c.in, c.out);
+      linearRowsPortableSlot() = false;
+      EXPECT_EQ(dx, gradReference(c, dy, w)) << c.batch << "x" << c.in << " -> " << c.out
+                                             << (portable ? " portable" : " vector");
+    }
+}
+
 TEST(LinearRows, LayersTakeItForManyWeightsAtASmallBatch) {
   EXPECT_EQ(useLinearRows(32, 9216, 4096), cpuHasAvx512());  // AlexNet's fc1
   EXPECT_EQ(useLinearRows(64, 1024, 1024), cpuHasAvx512());
@@ -64,13 +94,23 @@ TEST(LinearRows, LayersTakeItForManyWeightsAtASmallBatch) {
   const Case c{24, 1024, 1030};
   const Vec x = test::pattern(static_cast<std::size_t>(c.batch) * c.in, 4),
             w = test::pattern(static_cast<std::size_t>(c.out) * c.in, 5, 0.05f), b = test::pattern(c.out, 6);
-  Vec got(static_cast<std::size_t>(c.batch) * c.out), want(got.size());
-  linearForward(dev, got.data(), x.data(), w.data(), b.data(), c.batch, c.in, c.out);
-  const GemmBackend saved = gemmBackend();
-  setGemmBackend(GemmBackend::kOpenBlas);
-  linearForward(dev, want.data(), x.data(), w.data(), b.data(), c.batch, c.in, c.out);
-  setGemmBackend(saved);
-  golden::expectClose("y", got.data(), want, 1e-5, 1e-5);
+  const Vec dy = test::pattern(static_cast<std::size_t>(c.batch) * c.out, 13);
+  struct Passes {
+    Vec y, dx, dw, db;
+  };
+  auto passes = [&](GemmBackend backend) {
+    const GemmBackend saved = gemmBackend();
+    setGemmBackend(backend);
+    Passes p{Vec(static_cast<std::size_t>(c.batch) * c.out), Vec(x.size()), Vec(w.size(), 0.f), Vec(c.out, 0.f)};
+    linearForward(dev, p.y.data(), x.data(), w.data(), b.data(), c.batch, c.in, c.out);
+    linearBackward(dev, p.dx.data(), p.dw.data(), p.db.data(), dy.data(), x.data(), w.data(), c.batch, c.in, c.out);
+    setGemmBackend(saved);
+    return p;
+  };
+  const Passes got = passes(GemmBackend::kOneDnn), want = passes(GemmBackend::kOpenBlas);
+  golden::expectClose("y", got.y.data(), want.y, 1e-5, 1e-5);
+  golden::expectClose("dx", got.dx.data(), want.dx, 1e-5, 1e-5);
+  golden::expectClose("dw", got.dw.data(), want.dw, 1e-5, 1e-5);
 }
 
 TEST(LinearRows, EmulatedBf16IsFp32OnRoundedOperands) {
@@ -87,6 +127,13 @@ TEST(LinearRows, EmulatedBf16IsFp32OnRoundedOperands) {
   RoundedOperands r;
   linearForward(emulated, got.data(), x.data(), w.data(), b.data(), c.batch, c.in, c.out, &r);
   EXPECT_EQ(got, want);
+  // The input gradient from dy rounded, and w as the forward rounded it.
+  Vec dy = test::pattern(static_cast<std::size_t>(c.batch) * c.out, 10), rdy = dy;
+  roundToBf16(rdy.data(), rdy.data(), rdy.size());
+  Vec dxWant(x.size()), dxGot(x.size()), dw(w.size(), 0.f);
+  linearBackward(fp32, dxWant.data(), dw.data(), nullptr, rdy.data(), rx.data(), rw.data(), c.batch, c.in, c.out);
+  linearBackward(emulated, dxGot.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), c.batch, c.in, c.out, &r);
+  EXPECT_EQ(dxGot, dxWant);
 }
 
 }  // namespace

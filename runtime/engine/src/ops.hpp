@@ -33,12 +33,14 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
 
 // The forward of a linear layer with at least 2^20 weights at a batch of at most 64, where the CPU
 // has AVX-512: y^T = w x^T, output rows streaming their weights against the batch's vectors
-// (linear_rows.cpp; dnnl_sgemm runs such shapes at about 45% of the core's peak). y [batch, out]
+// (linear_rows.cpp; dnnl_sgemm runs such shapes at 40-45% of the core's peak). y [batch, out]
 // = bias + x w^T, every sum from the bias in order of k.
 bool useLinearRows(int batch, int in, int out);
 void linearForwardRows(Device& dev, float* y, const float* x, const float* w, const float* bias, int batch, int in,
                        int out);
-// Tests: true runs the portable loop instead of the AVX-512 kernel (the same bits).
+// Its input gradient, for the same layers: dx [batch, in] = dy w, every sum from zero in order of o.
+void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float* w, int batch, int in, int out);
+// Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& linearRowsPortableSlot();
 
 // ---- conv2d (square stride, symmetric padding, no dilation or groups) -----------------------

@@ -98,6 +98,15 @@ void transposeImages(float* __restrict dst, const float* __restrict src, int n, 
 void nchwToNhwc(float* dst, const float* src, int n, int c, int hw) { transposeImages(dst, src, n, c, hw); }
 void nhwcToNchw(float* dst, const float* src, int n, int c, int hw) { transposeImages(dst, src, n, hw, c); }
 
+namespace {
+// The small-batch kernels (linear_rows.cpp) instead of the GEMM backend: with oneDNN's, in fp32
+// and emulated bf16 (the operands rounded).
+bool linearRows(const Device& dev, bool emulated, int B, int I, int O) {
+  return gemmBackend() == GemmBackend::kOneDnn && (emulated || dev.precision() == Precision::kFp32) &&
+         useLinearRows(B, I, O);
+}
+}  // namespace
+
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
                    int I, int O, RoundedOperands* r) {
   // y [B, O] = x [B, I] * w^T [I, O]
@@ -106,9 +115,7 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
     if (!r->xRounded) x = roundedCopy(dev, r->x, x, static_cast<std::size_t>(B) * I);
     if (!r->wRounded) w = roundedCopy(dev, r->w, w, static_cast<std::size_t>(O) * I);
   }
-  const bool rows = gemmBackend() == GemmBackend::kOneDnn &&
-                    (emulated || dev.precision() == Precision::kFp32) && useLinearRows(B, I, O);
-  if (rows) return linearForwardRows(dev, y, x, w, b, B, I, O);
+  if (linearRows(dev, emulated, B, I, O)) return linearForwardRows(dev, y, x, w, b, B, I, O);
   if (b)
     for (int i = 0; i < B; ++i) std::memcpy(y + static_cast<std::size_t>(i) * O, b, O * sizeof(float));
   if (emulated) return gemmOfRounded(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
@@ -122,16 +129,20 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
   }
   const float beta = overwrite ? 0.f : 1.f;
-  if (r && emulatesBf16(dev)) {  // x and w as forward rounded them
-    const float* dyr = r->dyRounded ? dy : roundedCopy(dev, r->dy, dy, static_cast<std::size_t>(B) * O);
-    gemmOfRounded(dev, true, false, O, I, B, dyr, O, r->xRounded ? x : r->x.data(), I, beta, dw, I);
-    if (dx) gemmOfRounded(dev, false, false, B, I, O, dyr, O, r->wRounded ? w : r->w.data(), I, 0.f, dx, I);
-    return;
+  const bool emulated = r && emulatesBf16(dev);
+  if (emulated) {  // x and w as forward rounded them
+    dy = r->dyRounded ? dy : roundedCopy(dev, r->dy, dy, static_cast<std::size_t>(B) * O);
+    x = r->xRounded ? x : r->x.data();
+    w = r->wRounded ? w : r->w.data();
   }
   // dw [O, I] (+)= dy^T [O, B] * x [B, I]
-  gemm(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
+  if (emulated) gemmOfRounded(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
+  else gemm(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
+  if (!dx) return;
   // dx [B, I] = dy [B, O] * w [O, I]
-  if (dx) gemm(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
+  if (linearRows(dev, emulated, B, I, O)) linearDataGradientRows(dev, dx, dy, w, B, I, O);
+  else if (emulated) gemmOfRounded(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
+  else gemm(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
 }
 
 namespace {
