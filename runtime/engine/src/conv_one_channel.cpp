@@ -237,23 +237,36 @@ void weightSumsPortable(float* s, const float* dyT, const float* xp, const Rows&
 
 // Taps K0.. (KN of them) of tap row ky and channels o0.. (G of them): G x KN sums in registers
 // over the image's rows, each of dy's G vectors and x's KN vectors loaded once an iteration.
-template <int K0, int KN, int G>
-__attribute__((target("avx512f"))) void weightCols(float* s, const float* dyT, const float* xp, const Rows& r, int ky,
-                                                   int o0) {
+// kFill (NCHW dy, the first pass over each channel): dy's vectors come from its planes (+0 past
+// ow), and go to dyT for the passes after and into bsum's lanes, in the de-interleave's order.
+template <int K0, int KN, int G, bool kFill>
+__attribute__((target("avx512f"))) void weightCols(float* s, float* dyT, const float* planes, float* bsum,
+                                                   const float* xp, const Rows& r, int ky, int o0) {
   auto at = [&](int g, int k) {
     return s + (static_cast<std::size_t>(o0 + g) * r.taps() + ky * r.kw + K0 + k) * kLanes;
   };
-  __m512 acc[G][KN];
+  __m512 acc[G][KN], bias[G];
 #pragma GCC unroll 16
-  for (int g = 0; g < G; ++g)
+  for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 16
     for (int k = 0; k < KN; ++k) acc[g][k] = _mm512_load_ps(at(g, k));
+    if constexpr (kFill) bias[g] = _mm512_load_ps(bsum + (o0 + g) * kLanes);
+  }
+  const std::size_t plane = static_cast<std::size_t>(r.oh) * r.ow;
   for (int oy = 0; oy < r.oh; ++oy)
     for (int blk = 0; blk < r.blocks; ++blk) {
       __m512 d[G];
+      const __mmask16 m = firstLanes(r.pixels(blk));
+      const float* from = kFill ? planes + o0 * plane + static_cast<std::size_t>(oy) * r.ow + blk * kLanes : nullptr;
 #pragma GCC unroll 16
       for (int g = 0; g < G; ++g) {
-        d[g] = _mm512_load_ps(dyT + r.dyT(oy, blk, o0 + g));
+        if constexpr (kFill) {
+          d[g] = _mm512_maskz_loadu_ps(m, from + g * plane);
+          _mm512_store_ps(dyT + r.dyT(oy, blk, o0 + g), d[g]);
+          bias[g] = _mm512_add_ps(bias[g], d[g]);
+        } else {
+          d[g] = _mm512_load_ps(dyT + r.dyT(oy, blk, o0 + g));
+        }
         asm("" : "+v"(d[g]));  // kept in a register: GCC would fold the load into every FMA
       }
 #pragma GCC unroll 16
@@ -264,33 +277,38 @@ __attribute__((target("avx512f"))) void weightCols(float* s, const float* dyT, c
       }
     }
 #pragma GCC unroll 16
-  for (int g = 0; g < G; ++g)
+  for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 16
     for (int k = 0; k < KN; ++k) _mm512_store_ps(at(g, k), acc[g][k]);
+    if constexpr (kFill) _mm512_store_ps(bsum + (o0 + g) * kLanes, bias[g]);
+  }
 }
 
 // A tap row's taps 3 at a time and up to 6 channels (G x 3 sums, G of dy, one of x: 25
-// registers of 32). (4 channels x 5 taps, loading x twice for LeNet-5's 6 channels: 0.97x.)
+// registers of 32; 31 with the fill's bias sums). (4 channels x 5 taps, loading x twice for
+// LeNet-5's 6 channels: 0.97x.) planes: NCHW dy, filled into dyT by tap row 0's first pass.
 template <int KW, int G>
-void weightGroup(float* s, const float* dyT, const float* xp, const Rows& r, int ky, int o0) {
-  weightCols<0, std::min(KW, 3), G>(s, dyT, xp, r, ky, o0);
-  if constexpr (KW > 3) weightCols<3, KW - 3, G>(s, dyT, xp, r, ky, o0);
+void weightGroup(float* s, float* dyT, const float* planes, float* bsum, const float* xp, const Rows& r, int ky,
+                 int o0) {
+  if (planes && ky == 0) weightCols<0, std::min(KW, 3), G, true>(s, dyT, planes, bsum, xp, r, ky, o0);
+  else weightCols<0, std::min(KW, 3), G, false>(s, dyT, planes, bsum, xp, r, ky, o0);
+  if constexpr (KW > 3) weightCols<3, KW - 3, G, false>(s, dyT, planes, bsum, xp, r, ky, o0);
 }
 
 template <int KW>
-void weightSumsAvx512(float* s, const float* dyT, const float* xp, const Rows& r) {
+void weightSumsAvx512(float* s, float* dyT, const float* planes, float* bsum, const float* xp, const Rows& r) {
   constexpr int kMaxGroup = 6;
   const int groups = (r.oc + kMaxGroup - 1) / kMaxGroup;
   for (int ky = 0; ky < r.kh; ++ky)
     for (int gi = 0, o = 0; gi < groups; ++gi) {  // groups of even size
       const int size = (r.oc - o) / (groups - gi);
       switch (size) {
-        case 1: weightGroup<KW, 1>(s, dyT, xp, r, ky, o); break;
-        case 2: weightGroup<KW, 2>(s, dyT, xp, r, ky, o); break;
-        case 3: weightGroup<KW, 3>(s, dyT, xp, r, ky, o); break;
-        case 4: weightGroup<KW, 4>(s, dyT, xp, r, ky, o); break;
-        case 5: weightGroup<KW, 5>(s, dyT, xp, r, ky, o); break;
-        default: weightGroup<KW, 6>(s, dyT, xp, r, ky, o); break;
+        case 1: weightGroup<KW, 1>(s, dyT, planes, bsum, xp, r, ky, o); break;
+        case 2: weightGroup<KW, 2>(s, dyT, planes, bsum, xp, r, ky, o); break;
+        case 3: weightGroup<KW, 3>(s, dyT, planes, bsum, xp, r, ky, o); break;
+        case 4: weightGroup<KW, 4>(s, dyT, planes, bsum, xp, r, ky, o); break;
+        case 5: weightGroup<KW, 5>(s, dyT, planes, bsum, xp, r, ky, o); break;
+        default: weightGroup<KW, 6>(s, dyT, planes, bsum, xp, r, ky, o); break;
       }
       o += size;
     }
@@ -350,15 +368,17 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   if (emulatesBf16(dev) && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyCount);
   const bool vecSums = vectorKernels() && (r.kw == 3 || r.kw == 5);
   const Shuffles sh(g.oc);
-  const Deinterleave deinterleave =
-      vectorKernels() ? deinterleaveKernel(g.oc, r.planes, std::make_index_sequence<kLanes - 1>()) : nullptr;
+  const bool fill = vecSums && r.planes;  // NCHW dy: the sums' first pass copies it into dyT
+  const Deinterleave deinterleave = vectorKernels() && !fill
+                                        ? deinterleaveKernel(g.oc, r.planes, std::make_index_sequence<kLanes - 1>())
+                                        : nullptr;
   for (int n = 0; n < g.n; ++n) {
     const float* dyn = dy + static_cast<std::size_t>(n) * r.oh * r.ow * r.oc;
     if (deinterleave) deinterleave(dyT, bsum, dyn, r, sh);
-    else deinterleavePortable(dyT, bsum, dyn, r);
+    else if (!fill) deinterleavePortable(dyT, bsum, dyn, r);
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
-    if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, xp, r);
-    else if (vecSums) weightSumsAvx512<5>(s, dyT, xp, r);
+    if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
+    else if (vecSums) weightSumsAvx512<5>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
     else weightSumsPortable(s, dyT, xp, r);
   }
   // Each sum's lanes in order.
