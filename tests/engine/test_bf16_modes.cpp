@@ -281,18 +281,18 @@ TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
     after("after2").add("conv3", nn::Conv2d(16, 16, 3, 1, 1)).add("bn3", nn::BatchNorm2d(16, true));
     n.add("flatten", nn::Flatten()).add("fc1", nn::Linear(0, 10));
   };
-  auto sameBits = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
   for (Precision p : {Precision::kBf16, Precision::kFp32}) {
     ModeScope mode(Bf16Mode::kEmulated);
     sawRounded = false;
-    EXPECT_TRUE(sameBits(test::trainedWeights(p, {1, 28, 28}, false, convnet), test::trainedWeights(p, {1, 28, 28}, true, convnet)))
+    EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 28, 28}, false, convnet),
+                               test::trainedWeights(p, {1, 28, 28}, true, convnet)))
         << precisionName(p);
     EXPECT_EQ(sawRounded, p == Precision::kBf16) << precisionName(p);
-    EXPECT_TRUE(sameBits(test::trainedWeights(p, {1, 12, 12}, false, reluNet), test::trainedWeights(p, {1, 12, 12}, true, reluNet)))
+    EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 12, 12}, false, reluNet),
+                               test::trainedWeights(p, {1, 12, 12}, true, reluNet)))
         << precisionName(p);
-    EXPECT_TRUE(sameBits(test::trainedWeights(p, {1, 12, 12}, false, bnNet), test::trainedWeights(p, {1, 12, 12}, true, bnNet)))
+    EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 12, 12}, false, bnNet),
+                               test::trainedWeights(p, {1, 12, 12}, true, bnNet)))
         << precisionName(p);
   }
 }

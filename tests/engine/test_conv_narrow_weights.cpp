@@ -73,7 +73,8 @@ TEST(ConvNarrowWeights, KernelsMatchTheirScalarSumsBitForBit) {
           const Grads start{test::pattern(wCount(g), 3), test::pattern(g.oc, 4)};
           Grads got = start;
           detail::narrowWeightsPortableSlot() = portable;
-          detail::conv2dWeightGradientNarrow(dev, got.dw.data(), bias ? got.db.data() : nullptr, dy.data(), x.data(), g);
+          detail::conv2dWeightGradientNarrow(dev, got.dw.data(), bias ? got.db.data() : nullptr, dy.data(), x.data(),
+                                             g);
           detail::narrowWeightsPortableSlot() = false;
           const Grads want = reference(g, x, dy, start);
           const std::string what = "c " + std::to_string(c.c) + " k " + std::to_string(c.k) +

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "conv_onednn.hpp"
@@ -149,7 +148,8 @@ TEST(ConvOneChannel, PlanesAreTheChannelsLastValuesBitForBit) {
       const Passes want = run(dev, g, x, w, b, dy, true, dw0);
       const Passes got = run(dev, planes, x, w, b, toPlanes(dy, g.n, g.oc, ohw), true, dw0);
       detail::oneChannelPortableSlot() = false;
-      const std::string what = "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k) + (portable ? " portable" : "");
+      const std::string what =
+          "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k) + (portable ? " portable" : "");
       EXPECT_EQ(got.y, toPlanes(want.y, g.n, g.oc, ohw)) << what;
       EXPECT_EQ(got.dw, want.dw) << what;
       EXPECT_EQ(got.db, want.db) << what;
@@ -180,14 +180,12 @@ TEST(ConvOneChannel, LayersPassPlanesToAPoolThatTakesThem) {
     n.add("conv1", nn::Conv2d(1, 6, 5, 1, 2));
     if (opaque) n.add("copy", std::make_unique<test::Opaque>());
     n.add("relu1", nn::ReLU()).add("pool1", nn::AvgPool2d(2)).add("conv2", nn::Conv2d(6, 16, 5));
-    n.add("relu2", nn::ReLU()).add("pool2", nn::AvgPool2d(2)).add("flatten", nn::Flatten()).add("fc", nn::Linear(0, 10));
-  };
-  auto sameBits = [](const Vec& a, const Vec& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    n.add("relu2", nn::ReLU()).add("pool2", nn::AvgPool2d(2)).add("flatten", nn::Flatten());
+    n.add("fc", nn::Linear(0, 10));
   };
   test::ModeScope mode(Bf16Mode::kEmulated);
   for (Precision p : {Precision::kFp32, Precision::kBf16})
-    EXPECT_TRUE(sameBits(test::trainedWeights(p, {1, 28, 28}, false, lenet),
+    EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 28, 28}, false, lenet),
                          test::trainedWeights(p, {1, 28, 28}, true, lenet)))
         << precisionName(p);
   Layout seen = Layout::kNchw16c;

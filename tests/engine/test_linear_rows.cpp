@@ -65,7 +65,8 @@ TEST(LinearRows, KernelAndLoopMatchTheirScalarSumsBitForBit) {
         linearForwardRows(dev, y.data(), x.data(), w.data(), bias ? b.data() : nullptr, c.batch, c.in, c.out);
         linearRowsPortableSlot() = false;
         EXPECT_EQ(y, reference(c, x, w, bias ? b.data() : nullptr))
-            << c.batch << "x" << c.in << " -> " << c.out << (portable ? " portable" : " vector") << (bias ? " bias" : "");
+            << c.batch << "x" << c.in << " -> " << c.out << (portable ? " portable" : " vector")
+            << (bias ? " bias" : "");
       }
 }
 

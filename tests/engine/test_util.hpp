@@ -116,6 +116,11 @@ class Opaque : public nn::Module {
   }
 };
 
+// The same floats, bit for bit (-0 and NaN payloads included).
+inline bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 // The weights after 3 SGD steps (trainThreeSteps) of a network from build(net, opaque).
 template <class Build>
 std::vector<float> trainedWeights(Precision p, Shape input, bool opaque, Build build) {

@@ -28,12 +28,9 @@ constexpr int kMaxBlock = 14;  // pixels a block: accumulators, a weight and bro
 // Scratch slots: the GEMM paths' and the other narrow convolutions', which do not run meanwhile.
 constexpr int kWeightSlot = 1, kPaddedSlot = 2, kRoundedXSlot = 4;
 
-// The geometry: runs of `run` = kw * c values; xp rows of (w + 2 pad) * c values.
-struct Taps {
-  int c, oc, oh, ow, kh, kw, run, xpRow;
-  explicit Taps(const ConvGeom& g)
-      : c(g.c), oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), run(g.kw * g.c),
-        xpRow((g.w + 2 * g.pad) * g.c) {}
+// The geometry (NarrowRuns) and the size of wt.
+struct Taps : NarrowRuns {
+  using NarrowRuns::NarrowRuns;
   std::size_t wtCount() const { return static_cast<std::size_t>(kh) * run * kLanes; }
 };
 

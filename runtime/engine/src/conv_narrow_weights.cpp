@@ -10,8 +10,9 @@
 //
 // with xp the padded channels-last image. A pass holds up to 30 sums of one tap row in registers
 // (LeNet-5's whole run; two passes of 15 ran 1.04x slower) and streams the image's pixels: one
-// load of dy a pixel, and x broadcast as each multiply-add's operand. Each sum runs from zero with fused multiply-adds in the order written, the same in the
-// AVX-512 kernels and the portable loops (tested bit for bit). Emulated bf16 rounds x and dy
+// load of dy a pixel, and x broadcast as each multiply-add's operand. Each sum runs from zero with
+// fused multiply-adds in the order written, the same in the AVX-512 kernels and the portable
+// loops (tested bit for bit). Emulated bf16 rounds x and dy
 // once per call, unless they come rounded.
 #include <algorithm>
 #include <cmath>
@@ -24,16 +25,13 @@ namespace xs::engine::detail {
 namespace {
 
 constexpr int kLanes = 16;
-constexpr int kMaxSums = 30;  // sums a pass: with dy's vector, 31 registers (the broadcasts are the FMAs' operands)
+constexpr int kMaxSums = 30;  // sums a pass: with dy's vector, 31 registers (x: the FMAs' operand)
 // Scratch slots: the GEMM paths' and the other narrow convolutions', which do not run meanwhile.
 constexpr int kSumSlot = 1, kPaddedSlot = 2, kRoundedXSlot = 4, kRoundedDySlot = 5;
 
-// The geometry: runs of `run` = kw * c values; xp rows of (w + 2 pad) * c values; s [kh][run][16].
-struct Runs {
-  int c, oc, oh, ow, kh, kw, run, xpRow;
-  explicit Runs(const ConvGeom& g)
-      : c(g.c), oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), run(g.kw * g.c),
-        xpRow((g.w + 2 * g.pad) * g.c) {}
+// The geometry (NarrowRuns) and the sums s [kh][run][16], then the bias's [16].
+struct Runs : NarrowRuns {
+  using NarrowRuns::NarrowRuns;
   std::size_t sumCount() const { return (static_cast<std::size_t>(kh) * run + 1) * kLanes; }  // + the bias's
   float* sums(float* s, int ky, int j) const { return s + (static_cast<std::size_t>(ky) * run + j) * kLanes; }
 };
@@ -118,7 +116,8 @@ void conv2dWeightGradientNarrow(Device& dev, float* dw, float* db, const float* 
                                 const ConvGeom& g) {
   const Runs r(g);
   const bool emulated = emulatesBf16(dev);
-  const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c, dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
+  const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
+  const std::size_t dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, image * g.n);
   if (emulated && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyImage * g.n);
   float* s = dev.scratch(kSumSlot, r.sumCount());  // 64-byte aligned, as every scratch slot

@@ -11,10 +11,11 @@
 // so one load of xp per tap serves every channel. Channels last, the forward's channels
 // interleave into the row [ow, oc] on the way out, and the weight gradient reads dy
 // de-interleaved, dyT (zeros past ow); it keeps s per lane until the end. Before an average pool
-// that takes planes (g.planes: LeNet-5's), y and dy are NCHW: the vectors are stored and read as
-// they are, and the pool interleaves a quarter of the values (ops_pool_planes.cpp). (The row [ow, oc] as the vector instead, over an image with
-// each pixel repeated oc times, loads across cache lines at every tap: 0.7 multiply-adds a
-// cycle, 1.3x slower over LeNet-5's step.) Each sum runs in the order written with fused
+// that takes planes (g.planes: LeNet-5's), y and dy are NCHW: the forward stores its vectors as
+// they are (the pool interleaves a quarter of the values, ops_pool_planes.cpp), and the weight
+// sums' first pass copies dy's plane rows into dyT. (The row [ow, oc] as the vector instead, over
+// an image with each pixel repeated oc times, loads across cache lines at every tap: 0.7
+// multiply-adds a cycle, 1.3x slower over LeNet-5's step.) Each sum runs in the order written with fused
 // multiply-adds, the same in the AVX-512 kernels and the portable loops (tested bit for bit).
 // Emulated bf16 rounds dy and w once per call, and x as it copies each image into xp.
 #include <algorithm>
@@ -179,32 +180,24 @@ void deinterleavePortable(float* dyT, float* bsum, const float* dy, const Rows& 
         }
 }
 
-// With kPlanes, dy is NCHW: its vectors are copied as they are (+0 past ow).
-template <int OC, bool kPlanes>
+template <int OC>
 __attribute__((target("avx512f"))) void deinterleaveAvx512(float* dyT, float* bsum, const float* dy, const Rows& r,
                                                             const Shuffles& sh) {
   __m512 bias[OC];
 #pragma GCC unroll 16
   for (int o = 0; o < OC; ++o) bias[o] = _mm512_load_ps(bsum + o * kLanes);
-  const std::size_t plane = static_cast<std::size_t>(r.oh) * r.ow;  // NCHW: one channel's values
   for (int oy = 0; oy < r.oh; ++oy)
     for (int blk = 0; blk < r.blocks; ++blk) {
+      const float* from = dy + (static_cast<std::size_t>(oy) * r.ow + blk * kLanes) * OC;
+      const int valid = r.valid(blk);
       __m512 src[OC];
-      if constexpr (kPlanes) {
-        const float* from = dy + static_cast<std::size_t>(oy) * r.ow + blk * kLanes;
 #pragma GCC unroll 16
-        for (int o = 0; o < OC; ++o) src[o] = _mm512_maskz_loadu_ps(firstLanes(r.pixels(blk)), from + o * plane);
-      } else {
-        const float* from = dy + (static_cast<std::size_t>(oy) * r.ow + blk * kLanes) * OC;
-        const int valid = r.valid(blk);
-#pragma GCC unroll 16
-        for (int v = 0; v < OC; ++v)
-          src[v] = v * kLanes < valid ? _mm512_maskz_loadu_ps(firstLanes(valid - v * kLanes), from + v * kLanes)
-                                      : _mm512_setzero_ps();
-      }
+      for (int v = 0; v < OC; ++v)
+        src[v] = v * kLanes < valid ? _mm512_maskz_loadu_ps(firstLanes(valid - v * kLanes), from + v * kLanes)
+                                    : _mm512_setzero_ps();
 #pragma GCC unroll 16
       for (int o = 0; o < OC; ++o) {
-        const __m512 d = kPlanes ? src[o] : gatherPairs(src, OC, sh.fromRow[o], sh.fromRowPair[o]);
+        const __m512 d = gatherPairs(src, OC, sh.fromRow[o], sh.fromRowPair[o]);
         _mm512_store_ps(dyT + r.dyT(oy, blk, o), d);
         bias[o] = _mm512_add_ps(bias[o], d);
       }
@@ -216,10 +209,9 @@ __attribute__((target("avx512f"))) void deinterleaveAvx512(float* dyT, float* bs
 using Deinterleave = void (*)(float*, float*, const float*, const Rows&, const Shuffles&);
 
 template <std::size_t... I>
-Deinterleave deinterleaveKernel(int oc, bool planes, std::index_sequence<I...>) {
-  static constexpr Deinterleave kTable[2][sizeof...(I)] = {{&deinterleaveAvx512<static_cast<int>(I) + 1, false>...},
-                                                           {&deinterleaveAvx512<static_cast<int>(I) + 1, true>...}};
-  return kTable[planes][oc - 1];
+Deinterleave deinterleaveKernel(int oc, std::index_sequence<I...>) {
+  static constexpr Deinterleave kTable[] = {&deinterleaveAvx512<static_cast<int>(I) + 1>...};
+  return kTable[oc - 1];
 }
 
 // s [oc][taps][16] += the image's products, per lane.
@@ -330,8 +322,8 @@ bool& oneChannelPortableSlot() {
 }
 
 bool useOneChannelConv(const ConvGeom& g) {
-  return g.c == 1 && g.stride == 1 && (g.dstNhwc || g.planes) && g.oc < 16 && !g.dyBlocked && !g.dxBlocked && !g.dyBf16 &&
-         g.oh() > 0 && g.ow() > 0;
+  return g.c == 1 && g.stride == 1 && (g.dstNhwc || g.planes) && g.oc < 16 && !g.dyBlocked && !g.dxBlocked &&
+         !g.dyBf16 && g.oh() > 0 && g.ow() > 0;
 }
 
 void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
@@ -369,9 +361,8 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   const bool vecSums = vectorKernels() && (r.kw == 3 || r.kw == 5);
   const Shuffles sh(g.oc);
   const bool fill = vecSums && r.planes;  // NCHW dy: the sums' first pass copies it into dyT
-  const Deinterleave deinterleave = vectorKernels() && !fill
-                                        ? deinterleaveKernel(g.oc, r.planes, std::make_index_sequence<kLanes - 1>())
-                                        : nullptr;
+  const Deinterleave deinterleave =
+      vectorKernels() && !r.planes ? deinterleaveKernel(g.oc, std::make_index_sequence<kLanes - 1>()) : nullptr;
   for (int n = 0; n < g.n; ++n) {
     const float* dyn = dy + static_cast<std::size_t>(n) * r.oh * r.ow * r.oc;
     if (deinterleave) deinterleave(dyT, bsum, dyn, r, sh);

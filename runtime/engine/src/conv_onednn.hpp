@@ -73,6 +73,15 @@ bool narrowForwardVectorized(const ConvGeom& g);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& narrowForwardPortableSlot();
 
+// The geometry of the narrow convolutions' forward and weight gradient: the runs of
+// `run` = kw * c values a tap row reads ((kx, ci) flatten like a row's (ix, ci)), in padded
+// channels-last rows of xpRow = (w + 2 pad) * c values.
+struct NarrowRuns {
+  int c, oc, oh, ow, kh, kw, run, xpRow;
+  explicit NarrowRuns(const ConvGeom& g)
+      : c(g.c), oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), run(g.kw * g.c), xpRow((g.w + 2 * g.pad) * g.c) {}
+};
+
 // A channels-last image with its padding, for the narrow convolutions: rows of (w + 2 pad) * c
 // values in a scratch slot whose zero borders are written once; without padding, x's own image.
 class PaddedImages {
@@ -88,7 +97,8 @@ class PaddedImages {
     if (!xp_) return xn;
     for (int iy = 0; iy < g_.h; ++iy)
       std::memcpy(xp_ + (iy + g_.pad) * row_ + static_cast<std::size_t>(g_.pad) * g_.c,
-                  xn + static_cast<std::size_t>(iy) * g_.w * g_.c, static_cast<std::size_t>(g_.w) * g_.c * sizeof(float));
+                  xn + static_cast<std::size_t>(iy) * g_.w * g_.c,
+                  static_cast<std::size_t>(g_.w) * g_.c * sizeof(float));
     return xp_;
   }
 

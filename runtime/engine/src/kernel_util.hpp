@@ -10,6 +10,10 @@
 
 namespace xs::engine {
 
+// Every lane, for the maskz_ forms of max and permutexvar (GCC 12 warns on the plain ones'
+// undefined source).
+constexpr __mmask16 kAllLanes = 0xffff;
+
 // 16 lanes rounded to bf16 by the one rounding rule (gemm.hpp's roundToBf16), which this loop
 // vectorises.
 __attribute__((target("avx512f"))) inline __m512 roundBf16(__m512 v) {

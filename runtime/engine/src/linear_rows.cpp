@@ -26,15 +26,27 @@ namespace {
 
 constexpr int kLanes = 16;
 constexpr int kMaxBatch = 64;  // 4 vectors
-constexpr int kXtSlot = 4, kDxtSlot = 5;  // scratch: gemm()'s rounded copies, not live meanwhile
+// Scratch: gemm()'s rounded copies and the convolutions' slots, not live meanwhile.
+constexpr int kXtSlot = 4, kDxtSlot = 5, kWholeSlot = 6;
 
-// x [batch, in] -> xT [in][v * 16], zeros past the batch.
-void transposeBatch(float* xT, const float* x, int batch, int in, int v) {
-  const int width = v * kLanes;
-  for (int k = 0; k < in; ++k) std::fill(xT + static_cast<std::size_t>(k) * width + batch,
-                                         xT + static_cast<std::size_t>(k + 1) * width, 0.f);
-  for (int b = 0; b < batch; ++b)
-    for (int k = 0; k < in; ++k) xT[static_cast<std::size_t>(k) * width + b] = x[static_cast<std::size_t>(b) * in + k];
+// x [batch, in] -> xT [in][width] (width = v * 16), zeros past the batch: ops_dense.cpp's tiled
+// transpose (nchwToNhwc), through a copy padded to whole vectors when the batch is not.
+void toColumns(Device& dev, float* xT, const float* x, int batch, int in, int width) {
+  if (batch < width) {
+    float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
+    std::copy(x, x + static_cast<std::size_t>(batch) * in, whole);
+    std::fill(whole + static_cast<std::size_t>(batch) * in, whole + static_cast<std::size_t>(width) * in, 0.f);
+    x = whole;
+  }
+  nchwToNhwc(xT, x, 1, width, in);
+}
+
+// xT [in][width] -> x [batch, in] (nhwcToNchw), the rows past the batch dropped.
+void fromColumns(Device& dev, float* x, const float* xT, int batch, int in, int width) {
+  if (batch == width) return nhwcToNchw(x, xT, 1, width, in);
+  float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
+  nhwcToNchw(whole, xT, 1, width, in);
+  std::copy(whole, whole + static_cast<std::size_t>(batch) * in, x);
 }
 
 // Output rows o0.. (R of them; rows past `out` run on the last row and are dropped).
@@ -164,7 +176,7 @@ void linearForwardRows(Device& dev, float* y, const float* x, const float* w, co
   if (!cpuHasAvx512() || linearRowsPortableSlot()) return rowsPortable(y, x, w, bias, batch, in, out);
   const int v = (batch + kLanes - 1) / kLanes;
   float* xT = dev.scratch(kXtSlot, static_cast<std::size_t>(in) * v * kLanes);  // 64-byte aligned
-  transposeBatch(xT, x, batch, in, v);
+  toColumns(dev, xT, x, batch, in, v * kLanes);
   switch (v) {
     case 1: return allRows<1>(y, xT, w, bias, batch, in, out);
     case 2: return allRows<2>(y, xT, w, bias, batch, in, out);
@@ -178,7 +190,7 @@ void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float
   const int v = (batch + kLanes - 1) / kLanes, width = v * kLanes;
   float* dyT = dev.scratch(kXtSlot, static_cast<std::size_t>(out) * width);  // 64-byte aligned
   float* dxT = dev.scratch(kDxtSlot, static_cast<std::size_t>(in) * width);
-  transposeBatch(dyT, dy, batch, out, v);
+  toColumns(dev, dyT, dy, batch, out, width);
   std::fill(dxT, dxT + static_cast<std::size_t>(in) * width, 0.f);
   switch (v) {
     case 1: allGradRows<1>(dxT, dyT, w, in, out); break;
@@ -186,8 +198,7 @@ void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float
     case 3: allGradRows<3>(dxT, dyT, w, in, out); break;
     default: allGradRows<4>(dxT, dyT, w, in, out); break;
   }
-  for (int b = 0; b < batch; ++b)
-    for (int k = 0; k < in; ++k) dx[static_cast<std::size_t>(b) * in + k] = dxT[static_cast<std::size_t>(k) * width + b];
+  fromColumns(dev, dx, dxT, batch, in, width);
 }
 
 }  // namespace xs::engine

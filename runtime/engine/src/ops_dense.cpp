@@ -332,7 +332,7 @@ bool& blockedGradientsSlot() {
 void setBlockedGradients(bool on) { blockedGradientsSlot() = on; }
 
 bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
-  return blockedGradientsSlot() && !g.planes && !nativeBf16(dev) && convBackend() == ConvBackend::kOneDnn &&
+  return blockedGradientsSlot() && !nativeBf16(dev) && convBackend() == ConvBackend::kOneDnn &&
          !detail::useNhwcGemm(g) && !g.dyBf16 && detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
 }
 

@@ -261,9 +261,6 @@ struct Packed {
   }
 };
 
-// (The maskz_ forms of max and permutexvar: GCC 12 warns on the plain ones' undefined source.)
-constexpr __mmask16 kAll = 0xffff;
-
 // Masks of the two vectors that hold a row's first `floats` floats.
 inline std::pair<__mmask16, __mmask16> rowMasks(int floats) {
   return {firstLanes(floats), floats > kLanes ? firstLanes(floats - kLanes) : __mmask16(0)};
@@ -289,7 +286,7 @@ XS_AVX512 void packedForwardAvx512(float* y, const float* x, const PoolGeom& g) 
           const float* in = top + ky * row + 2 * ox * c;
           __m512 a = _mm512_maskz_loadu_ps(m0, in), b = _mm512_maskz_loadu_ps(m1, in + kLanes);
           if constexpr (kRelu)  // NaN and -0 give +0
-            a = _mm512_maskz_max_ps(kAll, a, zero), b = _mm512_maskz_max_ps(kAll, b, zero);
+            a = _mm512_maskz_max_ps(kAllLanes, a, zero), b = _mm512_maskz_max_ps(kAllLanes, b, zero);
           s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, left, b));
           s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, right, b));
         }
@@ -320,8 +317,8 @@ XS_AVX512 void packedBackwardAvx512(float* dx, const float* dy, const float* x, 
         const __m512 up16 = _mm512_maskz_loadu_ps(firstLanes(floats), up + ox * c);
         __m512 grad = _mm512_add_ps(zero, _mm512_mul_ps(up16, quarter));
         if constexpr (kRound) grad = roundBf16(grad);
-        const __m512 g0 = _mm512_maskz_permutexvar_ps(kAll, spread0, grad);
-        const __m512 g1 = _mm512_maskz_permutexvar_ps(kAll, spread1, grad);
+        const __m512 g0 = _mm512_maskz_permutexvar_ps(kAllLanes, spread0, grad);
+        const __m512 g1 = _mm512_maskz_permutexvar_ps(kAllLanes, spread1, grad);
         for (int ky = 0; ky < 2; ++ky) {
           const std::size_t p = top + ky * row + 2 * ox * c;
           __m512 v0 = g0, v1 = g1;

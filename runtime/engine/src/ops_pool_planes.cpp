@@ -90,8 +90,6 @@ void backwardLoops(float* dx, const float* dy, const std::uint16_t* mask, const 
 
 #define XS_AVX512 __attribute__((target("avx512f")))
 
-constexpr __mmask16 kAll = 0xffff;  // (maskz_ permutes: GCC 12 warns on the plain one's undefined source)
-
 // Lane indexes: a window's left and right pixels among 32 (two vectors), and the pixels 0..15
 // and 16..31 from their windows.
 struct Lanes {
@@ -152,7 +150,7 @@ XS_AVX512 void backwardBlock(float* dx, const float* dy, const std::uint16_t* ma
     const __m512 d = gatherPairs(rows, p.c, sh.fromRow[ch], sh.fromRowPair[ch]);
     __m512 grad = _mm512_add_ps(zero, _mm512_mul_ps(d, _mm512_set1_ps(0.25f)));
     if constexpr (kRound) grad = roundBf16(grad);  // before the mask: round(+0) is +0
-    const __m512 g0 = _mm512_maskz_permutexvar_ps(kAll, low, grad), g1 = _mm512_maskz_permutexvar_ps(kAll, high, grad);
+    const __m512 g0 = _mm512_maskz_permutexvar_ps(kAllLanes, low, grad), g1 = _mm512_maskz_permutexvar_ps(kAllLanes, high, grad);
     for (int ky = 0; ky < 2; ++ky) {
       float* row = p.pixel(dx, n, ch, 2 * oy + ky, 2 * kLanes * blk);
       __m512 v0 = g0, v1 = g1;
