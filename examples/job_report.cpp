@@ -4,6 +4,7 @@
 // last lines of output and, for a Python worker, its traceback.
 //
 //   ./job_report                          # 2 workers train the built-in MLP, then the figures
+//   taskset -c 0 ./job_report             # the same on one core: oversubscribed
 //   ./job_report --fail-rank 1            # rank 1 throws at step 5: the root cause
 //   ./job_report --python /usr/bin/python3   # 2 Python workers, rank 1 raises: its traceback
 #include <cstdio>
@@ -70,6 +71,10 @@ int main(int argc, char** argv) {
     printFailure(job.report);
     return job.exitCode;
   }
+  // usableCores: what the launcher could run on (its CPU affinity, a container's CPU quota).
+  std::printf("%d ranks on %d usable cores%s; this machine has %d online\n", job.report.worldSize,
+              xs::usableCores(), job.report.worldSize > job.report.usableCores ? " (oversubscribed)" : "",
+              xs::onlineCores());
   const xs::UtilisationReport& use = job.report.utilisation;
   for (const xs::RankUtilisation& r : use.ranks) {
     std::printf("rank %d: %lld steps in %.2f s, compute %.0f%%, collectives %.0f%%, median step %.2f ms\n", r.rank,

@@ -85,7 +85,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
   auto* results = static_cast<BarrierResults*>(mem);
 
   SpawnOptions base = inv.spawn;
-  const int world = base.nprocs == 0 ? onlineCores() : base.nprocs;
+  const int world = base.nprocs == 0 ? usableCores() : base.nprocs;
   base.quiet = true;
   std::vector<WaitRow> rows;
   for (WaitPolicy policy : policies) {
@@ -119,8 +119,8 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
   }
   ::munmap(mem, sizeof(BarrierResults));
 
-  std::printf("# xspawn bench barrier: N=%d processes on %d online cores, %d barriers x %d repeats\n",
-              world, onlineCores(), iters, repeats);
+  std::printf("# xspawn bench barrier: N=%d processes on %d usable cores, %d barriers x %d repeats\n",
+              world, usableCores(), iters, repeats);
   std::printf("# %-8s %12s %12s %12s %12s\n", "wait", "median(us)", "min(us)", "max(us)",
               "vs first");
   int status = 0;
@@ -138,6 +138,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
     doc["bench"] = "barrier";
     doc["nprocs"] = world;
     doc["online_cores"] = onlineCores();
+    doc["usable_cores"] = usableCores();
     doc["iters"] = iters;
     doc["repeats"] = repeats;
     for (const WaitRow& r : rows) {

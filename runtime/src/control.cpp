@@ -85,7 +85,7 @@ ControlPlane::ControlPlane(Segment& segment, int rank, WaitMode mode,
       world_(segment.worldSize()),
       waiter_(segment, rank, mode),
       timeout_(timeout),
-      oversubscribed_(segment.header().worldSize > segment.header().onlineCpus),
+      oversubscribed_(segment.header().worldSize > segment.header().usableCpus),
       base_(rankBase(segment)) {}
 
 std::uint64_t ControlPlane::enterOp(OpKind kind, std::string_view tag, std::uint64_t detail) {

@@ -62,7 +62,7 @@ RingLink::RingLink(Segment& segment, ControlPlane& control)
       left_((control.rank() + control.worldSize() - 1) % control.worldSize()),
       right_((control.rank() + 1) % control.worldSize()),
       spin_(control.waiter().mode() != WaitMode::kFutex &&
-            segment.header().worldSize <= segment.header().onlineCpus) {}
+            segment.header().worldSize <= segment.header().usableCpus) {}
 
 void RingLink::send(const void* data, std::size_t bytes, Clock::time_point deadline) {
   std::memcpy(reserve(deadline), data, bytes);

@@ -368,7 +368,7 @@ void MachineProxy::threadMain() {
     transport_->join();
     pump();
     handshake();
-    const bool spin = segment_.header().worldSize < segment_.header().onlineCpus;
+    const bool spin = segment_.header().worldSize < segment_.header().usableCpus;
     Clock::time_point lastServed{};
     while (!stop_.load()) {
       pump();

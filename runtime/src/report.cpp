@@ -160,6 +160,7 @@ std::string JobReport::json() const {
   doc["status"] = status;
   doc["exit_code"] = exitCode;
   doc["world_size"] = worldSize;
+  doc["usable_cores"] = usableCores;
   doc["start_method"] = startMethod;
   doc["seconds"] = seconds;
   doc["process_group"] = processGroup;

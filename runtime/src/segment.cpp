@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "xspawn/error.hpp"
+#include "xspawn/spawn.hpp"
 
 namespace bip = boost::interprocess;
 
@@ -63,8 +64,7 @@ void writeHeader(SegmentHeader& h, const SegmentConfig& c) {
   h.createdUnixNs = nowUnixNs();
   h.timeoutMs = c.timeoutMs;
   h.waitMode = c.waitMode;
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  h.onlineCpus = cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1;
+  h.usableCpus = static_cast<std::uint32_t>(usableCores());
   std::snprintf(h.jobId, sizeof h.jobId, "%s", c.jobId.c_str());
   // The magic goes last: a sweeper that sees it knows the rest is written.
   std::atomic_thread_fence(std::memory_order_release);

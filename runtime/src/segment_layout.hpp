@@ -133,7 +133,7 @@ struct alignas(kCacheLine) SegmentHeader {
   std::uint64_t createdUnixNs;
   std::int64_t timeoutMs;
   std::uint64_t payloadChunk;
-  std::uint32_t onlineCpus;
+  std::uint32_t usableCpus;   // usableCores() of the launcher: more ranks than this are oversubscribed
   std::uint32_t traceEvents;   // trace records per rank (0: the job is not traced)
   std::uint64_t traceOffset;   // the first rank's TraceRing, relative to arenaOffset
   // Line 2: the job's id.

@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "context.hpp"
+#include "cpus.hpp"
 #include "control.hpp"
 #include "fault.hpp"
 #include "torch_env.hpp"
@@ -36,18 +37,6 @@ constexpr std::chrono::milliseconds kTermDelay{500};
 constexpr int kDrainMs = 200;
 // How often the launcher samples its ranks' progress (ops and CPU time) for stall reports.
 constexpr std::chrono::milliseconds kSampleEvery{500};
-
-std::vector<int> allowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
-}
 
 std::vector<std::string> selfArgv() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -93,7 +82,7 @@ double Supervisor::elapsed() const {
 }
 
 void Supervisor::prepareJob() {
-  world_ = options_.nprocs == 0 ? onlineCores() : options_.nprocs;
+  world_ = options_.nprocs == 0 ? usableCores() : options_.nprocs;
   if (world_ < 1) {
     XS_THROW(UsageError, fmt::format("the number of processes must be at least 1 (got {})", world_));
   }

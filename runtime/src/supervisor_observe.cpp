@@ -99,7 +99,7 @@ UtilisationReport Supervisor::attemptUtilisation() {
     if (s.cpuBase >= 0) f.cpuSeconds = s.cpu - s.cpuBase, f.runqueueSeconds = s.runqueue - s.runqueueBase;
     figures.push_back(f);
   }
-  return buildUtilisation(figures, static_cast<int>(segment_->header().onlineCpus), throughputSeries(samplesSeen_),
+  return buildUtilisation(figures, static_cast<int>(segment_->header().usableCpus), throughputSeries(samplesSeen_),
                           "the ranks' counters");
 }
 

@@ -97,6 +97,7 @@ JobReport Supervisor::buildReport() const {
   rep.processGroup = pgid_;
   rep.interruptedBy = interruptedBy_;
   const SegmentHeader& h = segment_->header();
+  rep.usableCores = static_cast<int>(h.usableCpus);
   std::uint64_t word = h.abortWord.load(std::memory_order_acquire);
   if (word != 0 && word != kAbortPending) {
     switch (abortReasonOf(word)) {
@@ -302,11 +303,6 @@ JobResult run(SpawnOptions options) {
   if (options.program.empty()) XS_THROW(UsageError, "run: no program given");
   detail::Supervisor supervisor(std::move(options), {});
   return supervisor.run();
-}
-
-int onlineCores() {
-  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
 }
 
 }  // namespace xs

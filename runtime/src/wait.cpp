@@ -39,7 +39,7 @@ Waiter::Waiter(Segment& segment, int rank, WaitMode mode)
     : segment_(segment),
       rank_(rank),
       mode_(mode),
-      oversubscribed_(segment.header().worldSize > segment.header().onlineCpus) {}
+      oversubscribed_(segment.header().worldSize > segment.header().usableCpus) {}
 
 std::chrono::nanoseconds Waiter::spinBudget() {
   // Measured (docs/benchmarks.md): when the awaited rank runs on another core, a short spin

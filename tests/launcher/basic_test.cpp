@@ -1,11 +1,13 @@
 // basic_test.cpp: the launcher's ordinary life: hello at several sizes, both start methods,
 // `run` with its environment, core binding, output tagging, log files, bad arguments.
 #include <fmt/format.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "job_fixture.hpp"
+#include "xspawn/spawn.hpp"
 
 namespace xs::test {
 namespace {
@@ -109,10 +111,32 @@ TEST_F(LauncherTest, QuietLeavesOnlyTheWorkersOutput) {
   EXPECT_NE(loud.run.err.find("all 2 ranks exited 0"), std::string::npos);
 }
 
-TEST_F(LauncherTest, DefaultNprocsIsTheNumberOfOnlineCores) {
+TEST_F(LauncherTest, DefaultNprocsIsTheNumberOfUsableCores) {
   Job job = runJob({}, {"hello"});
   ASSERT_EQ(job.run.exitCode, 0);
-  EXPECT_EQ(job.report["world_size"], sysconf(_SC_NPROCESSORS_ONLN));
+  EXPECT_EQ(job.report["world_size"], xs::usableCores());
+  EXPECT_EQ(job.report["usable_cores"], xs::usableCores());
+  // Confined to one CPU (as by taskset or a container's cpuset), the launcher starts one
+  // worker, and a job of two on it knows it is oversubscribed.
+  cpu_set_t saved, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &saved)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // inherited by the launcher
+  Job confined = runJob({}, {"hello"});
+  Job two = runJob({"--nprocs", "2"}, {"hello"});
+  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
+  ASSERT_EQ(confined.run.exitCode, 0) << confined.run.err;
+  EXPECT_EQ(confined.report["world_size"], 1);
+  ASSERT_EQ(two.run.exitCode, 0) << two.run.err;
+  EXPECT_EQ(two.report["world_size"], 2);
+  EXPECT_EQ(two.report["usable_cores"], 1);  // 2 ranks on 1 core: oversubscribed
+  expectClean(confined);
+  expectClean(two);
 }
 
 TEST_F(LauncherTest, ExitStatusIsTheFirstFailingRanksCode) {

@@ -86,6 +86,7 @@ echo "restarted: $restarted; uninterrupted: $straight"
 test "$restarted" = "$straight"
 step "the job's report read by its caller: utilisation, a C++ root cause, a Python traceback"
 "$work/examples/job_report" | grep -E "^rank 1: 40 steps in .* compute [0-9]+%"
+taskset -c 0 "$work/examples/job_report" | grep -E "^2 ranks on 1 usable cores \(oversubscribed\)"
 if out=$("$work/examples/job_report" --fail-rank 1 2> /dev/null); then echo "a failed job reported success"; exit 1; fi
 echo "$out" | grep "rank 1 exited with code 1: xs::UsageError: rank asked to fail at step 5"
 if out=$("$work/examples/job_report" --python /usr/bin/python3 2> /dev/null); then echo "a failed job reported success"; exit 1; fi

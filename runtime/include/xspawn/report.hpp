@@ -117,6 +117,7 @@ struct UtilisationReport {
 struct JobReport {
   std::string jobId;
   int worldSize = 0;
+  int usableCores = 0;       // the launcher's usableCores(): with more ranks than this, they share cores
   std::string startMethod;
   std::string status;        // "succeeded", "failed", "interrupted"
   int exitCode = 0;

@@ -76,7 +76,7 @@ namespace detail {
 JobResult spawnWorkers(WorkerFn fn, SpawnOptions options);
 }
 
-// Runs fn(index, options.flags) in `nprocs` processes (0: one per online core), supervises
+// Runs fn(index, options.flags) in `nprocs` processes (0: one per usable core, usableCores()), supervises
 // them and returns when all have ended. A worker process ends when fn returns: exit code 0
 // (or fn's int result), 1 if fn throws. Inside a worker (the process was started by xspawn),
 // spawn runs fn as this worker and ends the process. Call it before starting threads.
@@ -116,7 +116,13 @@ int spawn_main(Fn&& fn, int argc, char** argv, int defaultNprocs = 0) {
 // XSPAWN_WORLD_SIZE, XSPAWN_JOB_ID and what xs::init() needs to attach.
 JobResult run(SpawnOptions options);
 
-// The number of online cores (the default nprocs).
+// The number of the machine's online cores.
 int onlineCores();
+
+// The cores this process may use: the CPUs of its affinity mask (taskset, a container's
+// cpuset, mpirun's binding), capped by a cgroup CPU quota (docker --cpus, a Kubernetes CPU
+// limit) rounded up; at most onlineCores(). The default nprocs; a job with more ranks than this
+// is oversubscribed (its waits sleep at once instead of spinning).
+int usableCores();
 
 }  // namespace xs
