@@ -12,6 +12,7 @@
 #include "golden_util.hpp"
 #include "ops.hpp"
 #include "test_util.hpp"
+#include "xspawn/error.hpp"
 #include "xspawn/nn.hpp"
 
 namespace xs::engine {
@@ -154,6 +155,53 @@ TEST(ConvOneChannel, PlanesAreTheChannelsLastValuesBitForBit) {
       EXPECT_EQ(got.dw, want.dw) << what;
       EXPECT_EQ(got.db, want.db) << what;
     }
+}
+
+TEST(ConvOneChannel, AFusedPoolGivesTheSeparatePassesBits) {
+  // ConvGeom::pool: each image's planes pooled as computed, and each image's pooled gradient
+  // spread back just before its weight sums, against conv -> pool and pool backward -> conv
+  // over the whole batch; with and without the ReLU, fp32 and emulated bf16, odd sizes.
+  test::ModeScope mode(Bf16Mode::kEmulated);
+  for (const Case& c : {Case{3, 28, 28, 6, 5, 2}, Case{2, 12, 9, 1, 3, 0}, Case{2, 10, 30, 15, 3, 1}})
+    for (bool relu : {true, false})
+      for (Precision prec : {Precision::kFp32, Precision::kBf16}) {
+        Device dev(DeviceOptions{.precision = prec});
+        ConvGeom g = geom(c);
+        g.dstNhwc = false;
+        g.planes = true;
+        g.overwriteGrads = true;
+        PoolGeom pg{g.n, g.oc, g.oh(), g.ow(), 2, 2, 0};
+        pg.dxRounded = emulatesBf16(dev);  // as the convolution would round dy
+        const std::size_t planes = test::yCount(g), pooled = static_cast<std::size_t>(g.n) * pg.oh() * pg.ow() * g.oc;
+        Vec x = test::pattern(test::xCount(g), 31), w = test::pattern(test::wCount(g), 32), b = test::pattern(g.oc, 33),
+            dyPool = test::pattern(pooled, 34);
+        std::vector<std::uint16_t> maskWant(avgPoolPlanesMasks(pg) + 1, 7), maskGot = maskWant;
+        Vec y(planes), dyPlanes(planes), yWant(pooled), yGot(pooled, -1.f);
+        Vec dwWant(test::wCount(g)), dwGot(dwWant.size()), dbWant(g.oc), dbGot(g.oc);
+        const AvgPoolFusion f{.relu = relu, .roundY = emulatesBf16(dev)};
+        const PlanesPool pool{pg, f, yGot.data(), relu ? maskGot.data() : nullptr, dyPool.data()};
+        ConvGeom fused = g;
+        fused.pool = &pool;
+        if (!conv2dWritesPlanes(dev, g)) {  // no AVX-512: no planes, so no fused pool either
+          EXPECT_THROW(conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), fused), xs::ShapeError);
+          continue;
+        }
+        conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), g);
+        avgPoolPlanesForward(yWant.data(), maskWant.data(), y.data(), pg, f);
+        avgPoolPlanesBackward(dyPlanes.data(), dyPool.data(), relu ? maskWant.data() : nullptr, pg);
+        ConvGeom separate = g;
+        separate.dyRounded = pg.dxRounded;
+        conv2dBackward(dev, nullptr, dwWant.data(), dbWant.data(), dyPlanes.data(), x.data(), w.data(), separate);
+        conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), fused);
+        conv2dBackward(dev, nullptr, dwGot.data(), dbGot.data(), nullptr, x.data(), w.data(), fused);
+        const std::string what = "oc " + std::to_string(c.oc) + (relu ? " relu " : " ") + precisionName(prec);
+        EXPECT_TRUE(test::sameBits(yGot, yWant)) << what;
+        if (relu) {
+          EXPECT_EQ(maskGot, maskWant) << what;
+        }
+        EXPECT_TRUE(test::sameBits(dwGot, dwWant)) << what;
+        EXPECT_TRUE(test::sameBits(dbGot, dbWant)) << what;
+      }
 }
 
 // Takes planes (Module::takesPlanarInput) and records the layout it was given; passes x and dy on.

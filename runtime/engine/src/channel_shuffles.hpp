@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <immintrin.h>
+#include <memory>
 
 namespace xs::engine::detail {
 
@@ -31,6 +32,14 @@ struct Shuffles {
       }
   }
 };
+
+// The tables for c channels, built once a thread (a pool fused into a convolution asks once
+// an image).
+inline const Shuffles& shufflesFor(int c) {
+  static thread_local std::unique_ptr<Shuffles> tables[Shuffles::kLanes];
+  if (!tables[c]) tables[c] = std::make_unique<Shuffles>(c);
+  return *tables[c];
+}
 
 // The n sources src[0..n) gathered by one of Shuffles' indexes and its pair masks: row vector v
 // from the channel vectors (toRow[v], toRowPair[v]), or channel o from the row vectors

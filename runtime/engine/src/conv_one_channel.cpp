@@ -24,6 +24,7 @@
 #include <immintrin.h>
 #include <utility>
 
+#include "xspawn/error.hpp"
 #include "channel_shuffles.hpp"
 #include "conv_onednn.hpp"
 #include "gemm.hpp"
@@ -35,7 +36,7 @@ namespace {
 constexpr int kLanes = 16;
 // Scratch slots: the GEMM paths' (conv_gemm_nhwc.cpp and gemm()'s rounded copies), which do
 // not run at the same time.
-constexpr int kWeightSlot = 1, kDySlot = 2, kRoundedDySlot = 5, kSumSlot = 6, kPaddedSlot = 7;
+constexpr int kWeightSlot = 1, kDySlot = 2, kImageSlot = 3, kRoundedDySlot = 5, kSumSlot = 6, kPaddedSlot = 7;
 
 // The geometry: xp [h + 2 pad][xpRow], rows of w + 2 pad pixels and then zeros, so that a vector
 // read from any block's tap stays in its row; blocks of 16 pixels per output row.
@@ -337,11 +338,15 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
   const Shuffles sh(g.oc);
   const Forward kernel =
       vectorKernels() ? forwardKernel(g.oc, r.planes, std::make_index_sequence<kLanes - 1>()) : nullptr;
+  const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
+  // A fused pool (g.pool): each image's planes go to one buffer, pooled before the next image.
+  float* planes = g.pool ? dev.scratch(kImageSlot, image) : nullptr;
   for (int n = 0; n < g.n; ++n) {
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
-    float* yn = y + static_cast<std::size_t>(n) * r.oh * r.ow * r.oc;
+    float* yn = planes ? planes : y + n * image;
     if (kernel) kernel(yn, xp, w, b, r, sh);
     else forwardPortable(yn, xp, w, b, r);
+    if (planes) avgPoolPlanesForwardImage(*g.pool, n, planes);
   }
 }
 
@@ -355,16 +360,22 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   float* dyT = dev.scratch(kDySlot, r.dyT(r.oh, 0, 0));
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
   fillPadding(xp, r);
-  const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.ow * r.oc;
+  const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   const bool roundX = emulatesBf16(dev) && !g.xRounded;  // in padImage's copy
-  if (emulatesBf16(dev) && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyCount);
+  // A fused pool (g.pool): each image's dy planes are spread from the pool's gradient into one
+  // buffer, rounded there as the convolution would round them (g.pool->g.dxRounded).
+  float* planes = g.pool ? dev.scratch(kImageSlot, image) : nullptr;
+  XS_CHECK(!planes || !emulatesBf16(dev) || g.pool->g.dxRounded, ShapeError,
+           "conv2d with a fused pool: in emulated bf16 the pool must round the planes' gradient");
+  if (emulatesBf16(dev) && !g.dyRounded && !planes) dy = roundedScratch(dev, kRoundedDySlot, dy, g.n * image);
   const bool vecSums = vectorKernels() && (r.kw == 3 || r.kw == 5);
   const Shuffles sh(g.oc);
   const bool fill = vecSums && r.planes;  // NCHW dy: the sums' first pass copies it into dyT
   const Deinterleave deinterleave =
       vectorKernels() && !r.planes ? deinterleaveKernel(g.oc, std::make_index_sequence<kLanes - 1>()) : nullptr;
   for (int n = 0; n < g.n; ++n) {
-    const float* dyn = dy + static_cast<std::size_t>(n) * r.oh * r.ow * r.oc;
+    if (planes) avgPoolPlanesBackwardImage(planes, *g.pool, n);
+    const float* dyn = planes ? planes : dy + n * image;
     if (deinterleave) deinterleave(dyT, bsum, dyn, r, sh);
     else if (!fill) deinterleavePortable(dyT, bsum, dyn, r);
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);

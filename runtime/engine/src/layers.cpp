@@ -87,6 +87,17 @@ class Linear : public Module {
   RoundedOperands rounded_;  // emulated bf16 only
 };
 
+// An average pool from planes computed inside the one-channel convolution before it, image by
+// image (PlanesPool, ops.hpp): the pool gives its geometry and buffers, and a ReLU fused into
+// the pool passes the question on.
+class PlanesPoolSource {
+ public:
+  virtual ~PlanesPoolSource() = default;
+  // on: the convolution computes the pool's output for a batch of n this forward (and spreads
+  // its gradient back in backward); off: the pool runs on its own. Null when it cannot.
+  virtual const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) = 0;
+};
+
 class Conv2d : public Module {
  public:
   Conv2d(int in, int out, int k, int stride, int pad, bool bias)
@@ -106,7 +117,10 @@ class Conv2d : public Module {
     return Shape{out_, g_.oh(), g_.ow()};
   }
   bool roundsInputToBf16() const override { return true; }
-  void fuseWithNext(Module& next) override { planesNext_ = next.takesPlanarInput(); }
+  void fuseWithNext(Module& next) override {
+    planesNext_ = next.takesPlanarInput();
+    poolNext_ = planesNext_ ? dynamic_cast<PlanesPoolSource*>(&next) : nullptr;
+  }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     x_ = &x;
     g_.n = x.shape()[0];
@@ -117,6 +131,7 @@ class Conv2d : public Module {
     // Before a pool that takes planes, kernels that compute planes write them (one input channel).
     g_.planes = g_.dstNhwc && planesNext_ && !needInputGrad_ && conv2dWritesPlanes(ctx.dev, g_);
     if (g_.planes) g_.dstNhwc = false;
+    g_.pool = poolNext_ ? poolNext_->fuseIntoConv(ctx, g_.n, g_.planes) : nullptr;
     y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
     y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
     conv2dForward(ctx.dev, y_.data(), x.data(), weight(ctx), bias_ ? ctx.params.value(b_) : nullptr, g_);
@@ -130,8 +145,9 @@ class Conv2d : public Module {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     g_.dyBlocked = dy.layout() == Layout::kNchw16c;
-    XS_CHECK(dy.layout() == y_.layout() || (g_.dyBlocked && blockedGrads_), ShapeError,
-             "conv2d: the gradient's layout differs from the output's");
+    XS_CHECK(g_.pool || dy.layout() == y_.layout() || (g_.dyBlocked && blockedGrads_), ShapeError,
+             "conv2d: the gradient's layout differs from the output's");  // fused: the pool's dy
+    XS_CHECK(!g_.pool || dy.dtype() == DType::kF32, ShapeError, "conv2d with a fused pool: dy must be float32");
     g_.dxBlocked = blockedDx_;
     if (needInputGrad_) {
       dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
@@ -152,11 +168,12 @@ class Conv2d : public Module {
   const float* weight(Context& ctx) { return productWeights(ctx, w_, g_.wRounded); }
   bool blockedGrads_ = false, blockedDx_ = false;  // see forward
   bool planesNext_ = false;                         // the module after takes planes (fuseWithNext)
+  PlanesPoolSource* poolNext_ = nullptr;            // ... and can be computed in this one's passes
   ConvGeom g_{};
   std::size_t w_ = 0, b_ = 0;
 };
 
-class Pool2d : public Module {
+class Pool2d : public Module, public PlanesPoolSource {
  public:
   enum Kind { kMax, kAvg, kAdaptive };
   Pool2d(Kind kind, int a, int b, int pad) : kind_(kind), a_(a), b_(b), pad_(pad) {}
@@ -175,7 +192,31 @@ class Pool2d : public Module {
                       "larger --image-size");
     return Shape{in[0], g_.oh(), g_.ow()};
   }
+  const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) override {
+    fused_ = on && kind_ == kAvg && avgPoolPlanesApply(nchw(g_));
+    if (!fused_) return nullptr;
+    g_.n = n;
+    planes_ = true;
+    const bool rounded = nextRounds_ && emulatesBf16(ctx.dev);
+    y_.ensure(ctx.dev, Shape{n, g_.c, g_.oh(), g_.ow()}, "activations");
+    y_.setLayout(Layout::kNhwc);
+    y_.setBf16Values(rounded);
+    y_.setBlockedGrad(false);
+    blockedDx_ = false;
+    if (reluBefore_)
+      argmax_.ensure(ctx.dev, Shape{static_cast<int>((avgPoolPlanesMasks(g_) + 1) / 2)}, "ReLU masks");
+    fusion_ = PlanesPool{nchw(g_), {.relu = reluBefore_, .roundY = rounded}, y_.data(),
+                         reluBefore_ ? reinterpret_cast<std::uint16_t*>(argmax_.data()) : nullptr, nullptr};
+    fusion_.g.dxRounded = emulatesBf16(ctx.dev);  // as the convolution would round its dy
+    return &fusion_;
+  }
   const Tensor& forward(const Tensor& x0, Context& ctx) override {
+    fusedPass_ = fused_;
+    fused_ = false;
+    if (fusedPass_) {  // the convolution before computed y_ (fuseIntoConv)
+      x_ = &x0;
+      return y_;
+    }
     // Max- and average pools run in either layout; the adaptive pool pools channels-last input
     // in NCHW (the output stays NCHW, which the next convolution or flatten takes).
     g_.nhwc = x0.layout() == Layout::kNhwc && (kind_ == kAvg || (kind_ == kMax && g_.k <= kMaxNhwcPoolWindow));
@@ -230,6 +271,10 @@ class Pool2d : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    if (fusedPass_) {  // the convolution before spreads dy back, image by image
+      fusion_.dy = dy.data();
+      return dy;
+    }
     const bool nhwc = x_->layout() == Layout::kNhwc && !g_.nhwc;  // pooled in NCHW
     g_.dyBlocked = dy.layout() == Layout::kNchw16c;
     g_.dxBlocked = blockedDx_;
@@ -276,6 +321,9 @@ class Pool2d : public Module {
   bool nextRounds_ = false;  // the module after rounds its input to bf16 (roundsInputToBf16)
   bool blockedDx_ = false;   // dx goes back in channel blocks (see forward)
   bool planes_ = false;      // an average pool from planes into channels last (see forward)
+  bool fused_ = false;       // the next forward's output is computed by the convolution before
+  bool fusedPass_ = false;   // this pass's was (forward), and its backward is the convolution's
+  PlanesPool fusion_{};      // what the convolution reads and writes (fuseIntoConv)
   PoolGeom g_{};
   // Plane indices (int32, NCHW), window codes (uint16, channels last) or, pooling planes, the
   // fused ReLU's mask (one bit a pixel).
@@ -283,13 +331,17 @@ class Pool2d : public Module {
   Tensor staged_;
 };
 
-class Relu : public Module {
+class Relu : public Module, public PlanesPoolSource {
  public:
   Shape build(const Shape& in, const std::string&, BuildInfo&) override { return in; }
   void fuseWithNext(Module& next) override {
     passThrough_ = next.absorbReluBefore();
     nextRounds_ = next.roundsInputToBf16();
     planesNext_ = passThrough_ && next.takesPlanarInput();
+    poolAfter_ = planesNext_ ? dynamic_cast<PlanesPoolSource*>(&next) : nullptr;
+  }
+  const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) override {  // the pool that applies it
+    return poolAfter_ ? poolAfter_->fuseIntoConv(ctx, n, on) : nullptr;
   }
   bool takesPlanarInput() const override { return planesNext_; }  // x goes to the pool as it is
   const Tensor& forward(const Tensor& x, Context& ctx) override {
@@ -319,6 +371,7 @@ class Relu : public Module {
   bool passThrough_ = false;
   bool nextRounds_ = false, roundDx_ = false;
   bool planesNext_ = false;
+  PlanesPoolSource* poolAfter_ = nullptr;
 };
 
 class Dropout : public Module {

@@ -44,6 +44,7 @@ void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float
 bool& linearRowsPortableSlot();
 
 // ---- conv2d (square stride, symmetric padding, no dilation or groups) -----------------------
+struct PlanesPool;
 struct ConvGeom {
   int n, c, h, w;       // input [n, c, h, w]
   int oc, kh, kw;       // weight [oc, c, kh, kw], bias [oc]
@@ -52,6 +53,9 @@ struct ConvGeom {
   // One input channel, y and dy NCHW (dstNhwc false): the one-channel kernels write their channel
   // planes as they are, for an average pool that takes planes (Module::takesPlanarInput).
   bool planes = false;
+  // With planes: the average pool after it, computed in the convolution's passes image by image
+  // (the batch's planes are never stored; see PlanesPool). y and dy are then the pool's.
+  const PlanesPool* pool = nullptr;
   // The caller leaves x unchanged between conv2dForward and conv2dBackward: the backward then
   // reuses the forward's copy of x in the kernel's layout and precision (one conversion less).
   bool keepSrc = false;
@@ -198,6 +202,21 @@ void avgPoolPlanesForward(float* y, std::uint16_t* mask, const float* x, const P
 void avgPoolPlanesBackward(float* dx, const float* dy, const std::uint16_t* mask, const PoolGeom& g);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& avgPoolPlanesPortableSlot();
+// That pool fused into the convolution before it (ConvGeom::pool): the convolution computes
+// one image's planes into a buffer that stays in cache and pools them at once (forward), and
+// spreads one image's pooled gradient back into planes just before its weight sums read them
+// (backward). The 1.2 MB of LeNet-5's batch of planes then never go to memory and back, twice.
+// The same bits as the separate passes.
+struct PlanesPool {
+  PoolGeom g;                      // n: the batch; g.dxRounded: the planes' gradient rounded to bf16
+  AvgPoolFusion f;                 // forward: the ReLU before the pool, y rounded
+  float* y = nullptr;              // forward: the pool's output [n, oh, ow, c]
+  std::uint16_t* mask = nullptr;   // the ReLU's mask (avgPoolPlanesMasks(g)), when f.relu
+  const float* dy = nullptr;       // backward: the gradient of the pool's output [n, oh, ow, c]
+};
+// Image n: its planes x [c, h, w] pooled into p.y (and p.mask); p.dy's image n spread into dx [c, h, w].
+void avgPoolPlanesForwardImage(const PlanesPool& p, int n, const float* x);
+void avgPoolPlanesBackwardImage(float* dx, const PlanesPool& p, int n);
 // x [n, c, h, w] -> y [n, c, oh, ow]; window i covers [floor(i*h/oh), ceil((i+1)*h/oh))
 void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow);
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,

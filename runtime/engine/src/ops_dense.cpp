@@ -273,6 +273,8 @@ bool narrowData(Device& dev, const ConvGeom& g) {
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g) {
   checkGeom(g);
+  XS_CHECK(!g.pool || oneChannel(dev, g), ShapeError,
+           "conv2d: a fused pool needs the one-channel kernels (ask conv2dWritesPlanes first)");
   if (oneChannel(dev, g)) {
     detail::conv2dForwardOneChannel(dev, y, x, w, b, g);
     return;
@@ -346,6 +348,8 @@ bool conv2dWritesPlanes(Device& dev, const ConvGeom& g) {
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g) {
   checkGeom(g);
+  XS_CHECK(!g.pool || (!dx && dw && oneChannel(dev, g)), ShapeError,
+           "conv2d: a fused pool needs the one-channel weight gradient (no dx; ask conv2dWritesPlanes first)");
   if (g.keepSrc && narrowForward(dev, g)) {  // no forward copy of x to reuse (an old one may be stale)
     ConvGeom fresh = g;
     fresh.keepSrc = false;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <immintrin.h>
+#include <utility>
 
 #include "xspawn/error.hpp"
 #include "channel_shuffles.hpp"
@@ -99,25 +100,41 @@ struct Lanes {
   }
 };
 
-// Block blk of row oy: each channel's 16 windows from its planes' two rows, then interleaved.
-template <bool kRelu, bool kRound>
-XS_AVX512 void forwardBlock(float* y, std::uint16_t* mask, const float* x, const Planes& p, const Shuffles& sh,
-                            const Lanes& ln, int n, int oy, int blk) {
+// One image's pointers: its planes (or their gradient) and the ReLU's mask bits.
+struct Image {
+  std::size_t plane;  // floats between two channels' planes
+  std::size_t bits;   // mask words between two channels
+  int rowBits;        // mask words between two rows (2 blocks of 16 windows)
+  explicit Image(const Planes& p)
+      : plane(static_cast<std::size_t>(p.h) * p.w), bits(static_cast<std::size_t>(p.h) * 2 * p.blocks),
+        rowBits(2 * p.blocks) {}
+};
+
+// Block blk of row oy of one image: each of the C channels' 16 windows from its planes' two
+// rows, then interleaved. C a constant: the windows stay in registers and the addresses are
+// strides (the scalar work had been half the pass).
+template <int C, bool kRelu, bool kRound>
+XS_AVX512 void forwardBlock(float* y, std::uint16_t* mask, const float* x, const Planes& p, const Image& im,
+                            const Shuffles& sh, const Lanes& ln, int oy, int blk) {
   const int wins = p.windows(blk);
   const __mmask16 m0 = firstLanes(2 * wins), m1 = wins > 8 ? firstLanes(2 * wins - kLanes) : 0;
   const __m512i left = _mm512_load_si512(ln.left), right = _mm512_load_si512(ln.right);
   const __m512 zero = _mm512_setzero_ps();
-  __m512 win[kLanes];
-  for (int ch = 0; ch < p.c; ++ch) {
+  const float* rows = x + static_cast<std::size_t>(2 * oy) * p.w + 2 * kLanes * blk;
+  std::uint16_t* bits = mask + static_cast<std::size_t>(2 * oy) * im.rowBits + 2 * blk;
+  __m512 win[C];
+#pragma GCC unroll 16
+  for (int ch = 0; ch < C; ++ch) {
     __m512 s = zero;
+#pragma GCC unroll 2
     for (int ky = 0; ky < 2; ++ky) {
-      const float* row = p.pixel(x, n, ch, 2 * oy + ky, 2 * kLanes * blk);
+      const float* row = rows + ch * im.plane + ky * p.w;
       __m512 a = _mm512_maskz_loadu_ps(m0, row), b = _mm512_maskz_loadu_ps(m1, row + kLanes);
       if constexpr (kRelu) {  // x > 0 ? x : +0 (NaN and -0 give +0), the mask kept
         const __mmask16 pa = _mm512_cmp_ps_mask(a, zero, _CMP_GT_OQ), pb = _mm512_cmp_ps_mask(b, zero, _CMP_GT_OQ);
         a = _mm512_maskz_mov_ps(pa, a), b = _mm512_maskz_mov_ps(pb, b);
-        std::uint16_t* bits = mask + p.maskAt(n, ch, 2 * oy + ky, 2 * kLanes * blk);
-        bits[0] = pa, bits[1] = pb;
+        std::uint16_t* to = bits + ch * im.bits + ky * im.rowBits;
+        to[0] = pa, to[1] = pb;
       }
       s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, left, b));
       s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, right, b));
@@ -125,38 +142,45 @@ XS_AVX512 void forwardBlock(float* y, std::uint16_t* mask, const float* x, const
     win[ch] = _mm512_mul_ps(s, _mm512_set1_ps(0.25f));  // / 4, a power of two: the same bits
     if constexpr (kRound) win[ch] = roundBf16(win[ch]);
   }
-  float* out = y + p.yAt(n, oy, blk * kLanes);
-  const int valid = wins * p.c;
-  for (int v = 0; v * kLanes < valid; ++v)
-    _mm512_mask_storeu_ps(out + v * kLanes, firstLanes(valid - v * kLanes),
-                          gatherPairs(win, p.c, sh.toRow[v], sh.toRowPair[v]));
+  float* out = y + static_cast<std::size_t>(oy) * p.ow * C + blk * kLanes * C;
+  const int valid = wins * C;
+#pragma GCC unroll 16
+  for (int v = 0; v < C; ++v)
+    if (v * kLanes < valid)
+      _mm512_mask_storeu_ps(out + v * kLanes, firstLanes(valid - v * kLanes),
+                            gatherPairs(win, C, sh.toRow[v], sh.toRowPair[v]));
 }
 
-// Block blk of row oy: dy's row de-interleaved into channels, each window's quotient spread to
-// its four pixels (+0 where the ReLU's mask is clear).
-template <bool kRelu, bool kRound>
+// Block blk of row oy of one image: dy's row de-interleaved into channels, each window's
+// quotient spread to its four pixels (+0 where the ReLU's mask is clear).
+template <int C, bool kRelu, bool kRound>
 XS_AVX512 void backwardBlock(float* dx, const float* dy, const std::uint16_t* mask, const Planes& p,
-                             const Shuffles& sh, const Lanes& ln, int n, int oy, int blk) {
+                             const Image& im, const Shuffles& sh, const Lanes& ln, int oy, int blk) {
   const int wins = p.windows(blk);
   const __mmask16 m0 = firstLanes(2 * wins), m1 = wins > 8 ? firstLanes(2 * wins - kLanes) : 0;
   const __m512i low = _mm512_load_si512(ln.low), high = _mm512_load_si512(ln.high);
   const __m512 zero = _mm512_setzero_ps();
-  const float* up = dy + p.yAt(n, oy, blk * kLanes);
-  const int valid = wins * p.c;
-  __m512 rows[kLanes];
-  for (int v = 0; v < p.c; ++v)
+  const float* up = dy + static_cast<std::size_t>(oy) * p.ow * C + blk * kLanes * C;
+  const int valid = wins * C;
+  __m512 rows[C];
+#pragma GCC unroll 16
+  for (int v = 0; v < C; ++v)
     rows[v] = v * kLanes < valid ? _mm512_maskz_loadu_ps(firstLanes(valid - v * kLanes), up + v * kLanes) : zero;
-  for (int ch = 0; ch < p.c; ++ch) {
-    const __m512 d = gatherPairs(rows, p.c, sh.fromRow[ch], sh.fromRowPair[ch]);
+  float* to = dx + static_cast<std::size_t>(2 * oy) * p.w + 2 * kLanes * blk;
+  const std::uint16_t* bits = mask + static_cast<std::size_t>(2 * oy) * im.rowBits + 2 * blk;
+#pragma GCC unroll 16
+  for (int ch = 0; ch < C; ++ch) {
+    const __m512 d = gatherPairs(rows, C, sh.fromRow[ch], sh.fromRowPair[ch]);
     __m512 grad = _mm512_add_ps(zero, _mm512_mul_ps(d, _mm512_set1_ps(0.25f)));
     if constexpr (kRound) grad = roundBf16(grad);  // before the mask: round(+0) is +0
     const __m512 g0 = _mm512_maskz_permutexvar_ps(kAllLanes, low, grad), g1 = _mm512_maskz_permutexvar_ps(kAllLanes, high, grad);
+#pragma GCC unroll 2
     for (int ky = 0; ky < 2; ++ky) {
-      float* row = p.pixel(dx, n, ch, 2 * oy + ky, 2 * kLanes * blk);
+      float* row = to + ch * im.plane + ky * p.w;
       __m512 v0 = g0, v1 = g1;
       if constexpr (kRelu) {
-        const std::uint16_t* bits = mask + p.maskAt(n, ch, 2 * oy + ky, 2 * kLanes * blk);
-        v0 = _mm512_maskz_mov_ps(bits[0], g0), v1 = _mm512_maskz_mov_ps(bits[1], g1);
+        const std::uint16_t* b = bits + ch * im.bits + ky * im.rowBits;
+        v0 = _mm512_maskz_mov_ps(b[0], g0), v1 = _mm512_maskz_mov_ps(b[1], g1);
       }
       _mm512_mask_storeu_ps(row, m0, v0);
       _mm512_mask_storeu_ps(row + kLanes, m1, v1);
@@ -164,27 +188,47 @@ XS_AVX512 void backwardBlock(float* dx, const float* dy, const std::uint16_t* ma
   }
 }
 
-template <bool kRelu, bool kRound>
+template <int C, bool kRelu, bool kRound>
 XS_AVX512 void forwardAvx512(float* y, std::uint16_t* mask, const float* x, const PoolGeom& g) {
   const Planes p(g);
-  const Shuffles sh(p.c);
-  const Lanes ln;
+  const Image im(p);
+  const Shuffles& sh = detail::shufflesFor(C);
+  static const Lanes ln;
   for (int n = 0; n < g.n; ++n)
     for (int oy = 0; oy < p.oh; ++oy)
-      for (int blk = 0; blk < p.blocks; ++blk) forwardBlock<kRelu, kRound>(y, mask, x, p, sh, ln, n, oy, blk);
+      for (int blk = 0; blk < p.blocks; ++blk)
+        forwardBlock<C, kRelu, kRound>(y + p.yAt(n, 0, 0), mask ? mask + p.maskAt(n, 0, 0, 0) : nullptr,
+                                       p.pixel(x, n, 0, 0, 0), p, im, sh, ln, oy, blk);
 }
 
-template <bool kRelu, bool kRound>
+template <int C, bool kRelu, bool kRound>
 XS_AVX512 void backwardAvx512(float* dx, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
   const Planes p(g);
-  const Shuffles sh(p.c);
-  const Lanes ln;
+  const Image im(p);
+  const Shuffles& sh = detail::shufflesFor(C);
+  static const Lanes ln;
   const bool uncovered = 2 * p.oh != p.h || 2 * p.ow != p.w;
   for (int n = 0; n < g.n; ++n) {
     if (uncovered) zeroUncovered(dx, p, n);
     for (int oy = 0; oy < p.oh; ++oy)
-      for (int blk = 0; blk < p.blocks; ++blk) backwardBlock<kRelu, kRound>(dx, dy, mask, p, sh, ln, n, oy, blk);
+      for (int blk = 0; blk < p.blocks; ++blk)
+        backwardBlock<C, kRelu, kRound>(p.pixel(dx, n, 0, 0, 0), dy + p.yAt(n, 0, 0),
+                                        mask ? mask + p.maskAt(n, 0, 0, 0) : nullptr, p, im, sh, ln, oy, blk);
   }
+}
+
+// The kernels for c channels (1..15).
+template <bool kRelu, bool kRound, std::size_t... I>
+auto forwardKernel(int c, std::index_sequence<I...>) {
+  using Kernel = void (*)(float*, std::uint16_t*, const float*, const PoolGeom&);
+  static constexpr Kernel kTable[] = {&forwardAvx512<static_cast<int>(I) + 1, kRelu, kRound>...};
+  return kTable[c - 1];
+}
+template <bool kRelu, bool kRound, std::size_t... I>
+auto backwardKernel(int c, std::index_sequence<I...>) {
+  using Kernel = void (*)(float*, const float*, const std::uint16_t*, const PoolGeom&);
+  static constexpr Kernel kTable[] = {&backwardAvx512<static_cast<int>(I) + 1, kRelu, kRound>...};
+  return kTable[c - 1];
 }
 
 #undef XS_AVX512
@@ -218,13 +262,38 @@ std::size_t avgPoolPlanesMasks(const PoolGeom& g) {
 void avgPoolPlanesForward(float* y, std::uint16_t* mask, const float* x, const PoolGeom& g, AvgPoolFusion f) {
   check(g, !f.relu || mask);
   if (!vectorKernels()) return forwardLoops(y, mask, x, g, f);
-  withFlags(f.relu, f.roundY, [&](auto relu, auto round) { forwardAvx512<relu, round>(y, mask, x, g); });
+  withFlags(f.relu, f.roundY, [&](auto relu, auto round) {
+    forwardKernel<relu, round>(g.c, std::make_index_sequence<kLanes - 1>())(y, mask, x, g);
+  });
 }
 
 void avgPoolPlanesBackward(float* dx, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
   check(g, true);
   if (!vectorKernels()) return backwardLoops(dx, dy, mask, g);
-  withFlags(mask != nullptr, g.dxRounded, [&](auto relu, auto round) { backwardAvx512<relu, round>(dx, dy, mask, g); });
+  withFlags(mask != nullptr, g.dxRounded, [&](auto relu, auto round) {
+    backwardKernel<relu, round>(g.c, std::make_index_sequence<kLanes - 1>())(dx, dy, mask, g);
+  });
+}
+
+namespace {
+// Image n of the batch as a batch of one.
+PoolGeom oneImage(const PlanesPool& p) {
+  PoolGeom g = p.g;
+  g.n = 1;
+  return g;
+}
+std::size_t imageMasks(const PlanesPool& p) { return avgPoolPlanesMasks(oneImage(p)); }
+std::size_t imageOutputs(const PlanesPool& p) { return static_cast<std::size_t>(p.g.oh()) * p.g.ow() * p.g.c; }
+}  // namespace
+
+void avgPoolPlanesForwardImage(const PlanesPool& p, int n, const float* x) {
+  avgPoolPlanesForward(p.y + n * imageOutputs(p), p.f.relu ? p.mask + n * imageMasks(p) : nullptr, x, oneImage(p),
+                       p.f);
+}
+
+void avgPoolPlanesBackwardImage(float* dx, const PlanesPool& p, int n) {
+  avgPoolPlanesBackward(dx, p.dy + n * imageOutputs(p), p.f.relu ? p.mask + n * imageMasks(p) : nullptr,
+                        oneImage(p));
 }
 
 }  // namespace xs::engine
