@@ -20,7 +20,9 @@ constexpr int kMaxProcs = 1024;
 po::options_description launcherOptions() {
   po::options_description d("Launcher options");
   d.add_options()
-    ("nprocs,n", po::value<std::string>(), "number of worker processes, one per emulated core (default: the cores this process may use: its CPU affinity, capped by a cgroup CPU quota)")
+    ("nprocs,n", po::value<std::string>(),
+     "number of worker processes, one per emulated core (default: the cores this process may use: "
+     "its CPU affinity, capped by a cgroup CPU quota)")
     ("start-method", po::value<std::string>()->default_value("fork"), "fork: workers are forked copies of the launcher; exec: each worker execs the program anew")
     ("bind-to", po::value<std::string>()->default_value("none"), "none, or core: worker i is pinned to core i mod cores")
     ("timeout", po::value<std::string>()->default_value("300"), "deadline in seconds of every rendezvous and collective")
