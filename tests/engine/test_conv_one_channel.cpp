@@ -160,9 +160,12 @@ TEST(ConvOneChannel, PlanesAreTheChannelsLastValuesBitForBit) {
 TEST(ConvOneChannel, AFusedPoolGivesTheSeparatePassesBits) {
   // ConvGeom::pool: each image's planes pooled as computed, and each image's pooled gradient
   // spread back just before its weight sums, against conv -> pool and pool backward -> conv
-  // over the whole batch; with and without the ReLU, fp32 and emulated bf16, odd sizes.
+  // over the whole batch; with and without the ReLU, fp32 and emulated bf16.
   test::ModeScope mode(Bf16Mode::kEmulated);
-  for (const Case& c : {Case{3, 28, 28, 6, 5, 2}, Case{2, 12, 9, 1, 3, 0}, Case{2, 10, 30, 15, 3, 1}})
+  // LeNet-5's, an odd map (the planes buffer), rows of two and of one block (straight into the
+  // weight sums' layout, avgPoolPlanesToBlocksApply).
+  const Case cases[] = {{3, 28, 28, 6, 5, 2}, {2, 12, 9, 1, 3, 0}, {2, 10, 30, 15, 3, 1}, {2, 14, 14, 4, 3, 1}};
+  for (const Case& c : cases)
     for (bool relu : {true, false})
       for (Precision prec : {Precision::kFp32, Precision::kBf16}) {
         Device dev(DeviceOptions{.precision = prec});

@@ -373,14 +373,18 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   const bool fill = vecSums && r.planes;  // NCHW dy: the sums' first pass copies it into dyT
   const Deinterleave deinterleave =
       vectorKernels() && !r.planes ? deinterleaveKernel(g.oc, std::make_index_sequence<kLanes - 1>()) : nullptr;
+  // The pool's gradient straight into dyT with the bias's lane sums (no planes, no fill).
+  const bool toBlocks = planes && fill && avgPoolPlanesToBlocksApply(*g.pool);
   for (int n = 0; n < g.n; ++n) {
-    if (planes) avgPoolPlanesBackwardImage(planes, *g.pool, n);
+    if (toBlocks) avgPoolPlanesBackwardToBlocks(dyT, bsum, *g.pool, n);
+    else if (planes) avgPoolPlanesBackwardImage(planes, *g.pool, n);
     const float* dyn = planes ? planes : dy + n * image;
     if (deinterleave) deinterleave(dyT, bsum, dyn, r, sh);
     else if (!fill) deinterleavePortable(dyT, bsum, dyn, r);
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
-    if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
-    else if (vecSums) weightSumsAvx512<5>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
+    const float* fillFrom = fill && !toBlocks ? dyn : nullptr;
+    if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, fillFrom, bsum, xp, r);
+    else if (vecSums) weightSumsAvx512<5>(s, dyT, fillFrom, bsum, xp, r);
     else weightSumsPortable(s, dyT, xp, r);
   }
   // Each sum's lanes in order.

@@ -217,6 +217,11 @@ struct PlanesPool {
 // Image n: its planes x [c, h, w] pooled into p.y (and p.mask); p.dy's image n spread into dx [c, h, w].
 void avgPoolPlanesForwardImage(const PlanesPool& p, int n, const float* x);
 void avgPoolPlanesBackwardImage(float* dx, const PlanesPool& p, int n);
+// The same spread straight into the one-channel convolution's weight-sum layout dyT [h][blocks
+// of 16 pixels][c][16] (zeros past w), adding each vector to laneSums [c][16] (the bias
+// gradient's lanes) in row order: rows of at most 32 pixels that the windows cover, AVX-512.
+bool avgPoolPlanesToBlocksApply(const PlanesPool& p);
+void avgPoolPlanesBackwardToBlocks(float* dyT, float* laneSums, const PlanesPool& p, int n);
 // x [n, c, h, w] -> y [n, c, oh, ow]; window i covers [floor(i*h/oh), ceil((i+1)*h/oh))
 void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow);
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,

@@ -30,8 +30,10 @@ constexpr int kLanes = 16;
 // vectors each, whose masks are two uint16 a row: mask [n, c, h, 2 blocks].
 struct Planes {
   int c, h, w, oh, ow, blocks;
+  int blocks16;  // blocks of 16 input pixels a row
   explicit Planes(const PoolGeom& g)
-      : c(g.c), h(g.h), w(g.w), oh(g.oh()), ow(g.ow()), blocks((g.ow() + kLanes - 1) / kLanes) {}
+      : c(g.c), h(g.h), w(g.w), oh(g.oh()), ow(g.ow()), blocks((g.ow() + kLanes - 1) / kLanes),
+        blocks16((g.w + kLanes - 1) / kLanes) {}
   template <class T>  // float or const float
   T* pixel(T* x, int n, int ch, int iy, int ix) const {
     return x + ((static_cast<std::size_t>(n) * c + ch) * h + iy) * w + ix;
@@ -110,6 +112,11 @@ struct Image {
         rowBits(2 * p.blocks) {}
 };
 
+const Lanes& lanes() {
+  static const Lanes ln;
+  return ln;
+}
+
 // Block blk of row oy of one image: each of the C channels' 16 windows from its planes' two
 // rows, then interleaved. C a constant: the windows stay in registers and the addresses are
 // strides (the scalar work had been half the pass).
@@ -151,6 +158,23 @@ XS_AVX512 void forwardBlock(float* y, std::uint16_t* mask, const float* x, const
                             gatherPairs(win, C, sh.toRow[v], sh.toRowPair[v]));
 }
 
+// dy's row of `valid` values [windows, C] from up as C vectors (zeros past), and channel ch's
+// window gradients from them: d / 4 (from +0, so -0 gives +0), rounded to bf16 with kRound.
+template <int C>
+XS_AVX512 void loadRow(__m512 (&rows)[C], const float* up, int valid) {
+#pragma GCC unroll 16
+  for (int v = 0; v < C; ++v)
+    rows[v] = v * kLanes < valid ? _mm512_maskz_loadu_ps(firstLanes(valid - v * kLanes), up + v * kLanes)
+                                 : _mm512_setzero_ps();
+}
+template <int C, bool kRound>
+XS_AVX512 __m512 windowGrad(const __m512 (&rows)[C], const Shuffles& sh, int ch) {
+  const __m512 d = gatherPairs(rows, C, sh.fromRow[ch], sh.fromRowPair[ch]);
+  __m512 grad = _mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(d, _mm512_set1_ps(0.25f)));
+  if constexpr (kRound) grad = roundBf16(grad);  // before the mask: round(+0) is +0
+  return grad;
+}
+
 // Block blk of row oy of one image: dy's row de-interleaved into channels, each window's
 // quotient spread to its four pixels (+0 where the ReLU's mask is clear).
 template <int C, bool kRelu, bool kRound>
@@ -159,20 +183,13 @@ XS_AVX512 void backwardBlock(float* dx, const float* dy, const std::uint16_t* ma
   const int wins = p.windows(blk);
   const __mmask16 m0 = firstLanes(2 * wins), m1 = wins > 8 ? firstLanes(2 * wins - kLanes) : 0;
   const __m512i low = _mm512_load_si512(ln.low), high = _mm512_load_si512(ln.high);
-  const __m512 zero = _mm512_setzero_ps();
-  const float* up = dy + static_cast<std::size_t>(oy) * p.ow * C + blk * kLanes * C;
-  const int valid = wins * C;
   __m512 rows[C];
-#pragma GCC unroll 16
-  for (int v = 0; v < C; ++v)
-    rows[v] = v * kLanes < valid ? _mm512_maskz_loadu_ps(firstLanes(valid - v * kLanes), up + v * kLanes) : zero;
+  loadRow<C>(rows, dy + static_cast<std::size_t>(oy) * p.ow * C + blk * kLanes * C, wins * C);
   float* to = dx + static_cast<std::size_t>(2 * oy) * p.w + 2 * kLanes * blk;
   const std::uint16_t* bits = mask + static_cast<std::size_t>(2 * oy) * im.rowBits + 2 * blk;
 #pragma GCC unroll 16
   for (int ch = 0; ch < C; ++ch) {
-    const __m512 d = gatherPairs(rows, C, sh.fromRow[ch], sh.fromRowPair[ch]);
-    __m512 grad = _mm512_add_ps(zero, _mm512_mul_ps(d, _mm512_set1_ps(0.25f)));
-    if constexpr (kRound) grad = roundBf16(grad);  // before the mask: round(+0) is +0
+    const __m512 grad = windowGrad<C, kRound>(rows, sh, ch);
     const __m512 g0 = _mm512_maskz_permutexvar_ps(kAllLanes, low, grad), g1 = _mm512_maskz_permutexvar_ps(kAllLanes, high, grad);
 #pragma GCC unroll 2
     for (int ky = 0; ky < 2; ++ky) {
@@ -188,12 +205,63 @@ XS_AVX512 void backwardBlock(float* dx, const float* dy, const std::uint16_t* ma
   }
 }
 
+// One image's dy spread as backwardBlock does, but into the weight sums' layout dyT [h][2 blocks
+// of 16 pixels][C][16] (zeros past w, every store a whole aligned vector), with each written
+// vector added to its channel's lane sums (the bias gradient) in row order. One window block a
+// row (w <= 32) and windows that cover the image: the rows come out in order.
+template <int C, bool kRelu, bool kRound>
+XS_AVX512 void backwardToBlocks(float* dyT, float* laneSums, const float* dy, const std::uint16_t* mask,
+                                const Planes& p, const Image& im, const Shuffles& sh, const Lanes& ln) {
+  const int wins = p.windows(0);
+  const __mmask16 m0 = firstLanes(2 * wins), m1 = wins > 8 ? firstLanes(2 * wins - kLanes) : 0;
+  const __m512i low = _mm512_load_si512(ln.low), high = _mm512_load_si512(ln.high);
+  const int valid = wins * C;
+  __m512 sums[C];
+#pragma GCC unroll 16
+  for (int ch = 0; ch < C; ++ch) sums[ch] = _mm512_load_ps(laneSums + ch * kLanes);
+  for (int oy = 0; oy < p.oh; ++oy) {
+    __m512 rows[C];
+    loadRow<C>(rows, dy + static_cast<std::size_t>(oy) * p.ow * C, valid);
+    __m512 g0[C], g1[C];
+#pragma GCC unroll 16
+    for (int ch = 0; ch < C; ++ch) {
+      const __m512 grad = windowGrad<C, kRound>(rows, sh, ch);
+      g0[ch] = _mm512_maskz_permutexvar_ps(m0, low, grad), g1[ch] = _mm512_maskz_permutexvar_ps(m1, high, grad);
+    }
+#pragma GCC unroll 2
+    for (int ky = 0; ky < 2; ++ky) {
+      const int iy = 2 * oy + ky;
+      float* row = dyT + static_cast<std::size_t>(iy) * p.blocks16 * C * kLanes;
+#pragma GCC unroll 16
+      for (int ch = 0; ch < C; ++ch) {
+        __m512 v0 = g0[ch], v1 = g1[ch];
+        if constexpr (kRelu) {
+          const std::uint16_t* b = mask + ch * im.bits + iy * im.rowBits;
+          v0 = _mm512_maskz_mov_ps(b[0], v0), v1 = _mm512_maskz_mov_ps(b[1], v1);
+        }
+        _mm512_store_ps(row + ch * kLanes, v0);
+        sums[ch] = _mm512_add_ps(sums[ch], v0);
+      }
+      if (p.blocks16 == 1) continue;
+#pragma GCC unroll 16
+      for (int ch = 0; ch < C; ++ch) {
+        __m512 v1 = g1[ch];
+        if constexpr (kRelu) v1 = _mm512_maskz_mov_ps(mask[ch * im.bits + iy * im.rowBits + 1], v1);
+        _mm512_store_ps(row + (C + ch) * kLanes, v1);
+        sums[ch] = _mm512_add_ps(sums[ch], v1);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int ch = 0; ch < C; ++ch) _mm512_store_ps(laneSums + ch * kLanes, sums[ch]);
+}
+
 template <int C, bool kRelu, bool kRound>
 XS_AVX512 void forwardAvx512(float* y, std::uint16_t* mask, const float* x, const PoolGeom& g) {
   const Planes p(g);
   const Image im(p);
   const Shuffles& sh = detail::shufflesFor(C);
-  static const Lanes ln;
+  const Lanes& ln = lanes();
   for (int n = 0; n < g.n; ++n)
     for (int oy = 0; oy < p.oh; ++oy)
       for (int blk = 0; blk < p.blocks; ++blk)
@@ -206,7 +274,7 @@ XS_AVX512 void backwardAvx512(float* dx, const float* dy, const std::uint16_t* m
   const Planes p(g);
   const Image im(p);
   const Shuffles& sh = detail::shufflesFor(C);
-  static const Lanes ln;
+  const Lanes& ln = lanes();
   const bool uncovered = 2 * p.oh != p.h || 2 * p.ow != p.w;
   for (int n = 0; n < g.n; ++n) {
     if (uncovered) zeroUncovered(dx, p, n);
@@ -217,11 +285,23 @@ XS_AVX512 void backwardAvx512(float* dx, const float* dy, const std::uint16_t* m
   }
 }
 
+template <int C, bool kRelu, bool kRound>
+XS_AVX512 void toBlocksAvx512(float* dyT, float* laneSums, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
+  const Planes p(g);
+  backwardToBlocks<C, kRelu, kRound>(dyT, laneSums, dy, mask, p, Image(p), detail::shufflesFor(C), lanes());
+}
+
 // The kernels for c channels (1..15).
 template <bool kRelu, bool kRound, std::size_t... I>
 auto forwardKernel(int c, std::index_sequence<I...>) {
   using Kernel = void (*)(float*, std::uint16_t*, const float*, const PoolGeom&);
   static constexpr Kernel kTable[] = {&forwardAvx512<static_cast<int>(I) + 1, kRelu, kRound>...};
+  return kTable[c - 1];
+}
+template <bool kRelu, bool kRound, std::size_t... I>
+auto toBlocksKernel(int c, std::index_sequence<I...>) {
+  using Kernel = void (*)(float*, float*, const float*, const std::uint16_t*, const PoolGeom&);
+  static constexpr Kernel kTable[] = {&toBlocksAvx512<static_cast<int>(I) + 1, kRelu, kRound>...};
   return kTable[c - 1];
 }
 template <bool kRelu, bool kRound, std::size_t... I>
@@ -289,6 +369,20 @@ std::size_t imageOutputs(const PlanesPool& p) { return static_cast<std::size_t>(
 void avgPoolPlanesForwardImage(const PlanesPool& p, int n, const float* x) {
   avgPoolPlanesForward(p.y + n * imageOutputs(p), p.f.relu ? p.mask + n * imageMasks(p) : nullptr, x, oneImage(p),
                        p.f);
+}
+
+bool avgPoolPlanesToBlocksApply(const PlanesPool& p) {
+  return vectorKernels() && p.g.w <= 2 * kLanes && p.g.w == 2 * p.g.ow() && p.g.h == 2 * p.g.oh();
+}
+
+void avgPoolPlanesBackwardToBlocks(float* dyT, float* laneSums, const PlanesPool& p, int n) {
+  XS_CHECK(avgPoolPlanesToBlocksApply(p), ShapeError,
+           "average-pool into blocks: needs AVX-512, rows of at most 32 pixels that the windows cover");
+  const PoolGeom g = oneImage(p);
+  withFlags(p.f.relu, g.dxRounded, [&](auto relu, auto round) {
+    toBlocksKernel<relu, round>(g.c, std::make_index_sequence<kLanes - 1>())(
+        dyT, laneSums, p.dy + n * imageOutputs(p), p.f.relu ? p.mask + n * imageMasks(p) : nullptr, g);
+  });
 }
 
 void avgPoolPlanesBackwardImage(float* dx, const PlanesPool& p, int n) {
