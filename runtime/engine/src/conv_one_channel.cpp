@@ -107,8 +107,9 @@ void forwardPortable(float* y, const float* xp, const float* w, const float* b, 
       }
 }
 
-// Rows oy0.. (R of them; those past oh run on a clamped row and are dropped) of block blk.
-template <int OC, int R, bool kPlanes>
+// Rows oy0.. (R of them; those past oh run on a clamped row and are dropped) of block blk. KW:
+// the kernel's width as a constant (its tap row unrolled), or 0 for r.kw.
+template <int OC, int R, bool kPlanes, int KW>
 __attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, const float* w, const float* b,
                                                     const Rows& r, const Shuffles& sh, int oy0, int blk) {
   __m512 acc[R][OC];
@@ -116,15 +117,19 @@ __attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, c
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 16
     for (int o = 0; o < OC; ++o) acc[i][o] = _mm512_set1_ps(b ? b[o] : 0.f);
-  const int taps = r.taps();
+  const int kw = KW ? KW : r.kw, taps = r.kh * kw;
+  const float* rows[R];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) rows[i] = r.xp(xp, std::min(oy0 + i, r.oh - 1), blk, 0);
   for (int ky = 0; ky < r.kh; ++ky)
-    for (int kx = 0; kx < r.kw; ++kx) {
+#pragma GCC unroll 8
+    for (int kx = 0; kx < kw; ++kx) {
       __m512 xv[R];
 #pragma GCC unroll 16
-      for (int i = 0; i < R; ++i) xv[i] = _mm512_loadu_ps(r.xp(xp, std::min(oy0 + i, r.oh - 1) + ky, blk, kx));
+      for (int i = 0; i < R; ++i) xv[i] = _mm512_loadu_ps(rows[i] + static_cast<std::size_t>(ky) * r.xpRow + kx);
 #pragma GCC unroll 16
       for (int o = 0; o < OC; ++o) {
-        const __m512 wv = _mm512_set1_ps(w[o * taps + ky * r.kw + kx]);
+        const __m512 wv = _mm512_set1_ps(w[o * taps + ky * kw + kx]);
 #pragma GCC unroll 16
         for (int i = 0; i < R; ++i) acc[i][o] = _mm512_fmadd_ps(xv[i], wv, acc[i][o]);
       }
@@ -149,21 +154,23 @@ __attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, c
 }
 
 // Rows of R at a time: R * OC accumulators, at most 24, and R loads of x a tap.
-template <int OC, bool kPlanes>
+template <int OC, bool kPlanes, int KW>
 __attribute__((target("avx512f"))) void forwardAvx512(float* y, const float* xp, const float* w, const float* b,
                                                       const Rows& r, const Shuffles& sh) {
   constexpr int R = OC <= 6 ? 4 : OC <= 8 ? 3 : OC <= 12 ? 2 : 1;
   for (int oy = 0; oy < r.oh; oy += R)
-    for (int blk = 0; blk < r.blocks; ++blk) forwardTile<OC, R, kPlanes>(y, xp, w, b, r, sh, oy, blk);
+    for (int blk = 0; blk < r.blocks; ++blk) forwardTile<OC, R, kPlanes, KW>(y, xp, w, b, r, sh, oy, blk);
 }
 
 using Forward = void (*)(float*, const float*, const float*, const float*, const Rows&, const Shuffles&);
 
+// 5 taps wide (LeNet-5's) unrolled, others at run time.
 template <std::size_t... I>
-Forward forwardKernel(int oc, bool planes, std::index_sequence<I...>) {
-  static constexpr Forward kTable[2][sizeof...(I)] = {{&forwardAvx512<static_cast<int>(I) + 1, false>...},
-                                                      {&forwardAvx512<static_cast<int>(I) + 1, true>...}};
-  return kTable[planes][oc - 1];
+Forward forwardKernel(int oc, bool planes, int kw, std::index_sequence<I...>) {
+  static constexpr Forward kTable[2][2][sizeof...(I)] = {
+      {{&forwardAvx512<static_cast<int>(I) + 1, false, 0>...}, {&forwardAvx512<static_cast<int>(I) + 1, false, 5>...}},
+      {{&forwardAvx512<static_cast<int>(I) + 1, true, 0>...}, {&forwardAvx512<static_cast<int>(I) + 1, true, 5>...}}};
+  return kTable[planes][kw == 5][oc - 1];
 }
 
 // ---- backward: weights and bias -------------------------------------------------------------
@@ -337,7 +344,7 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
   fillPadding(xp, r);
   const Shuffles sh(g.oc);
   const Forward kernel =
-      vectorKernels() ? forwardKernel(g.oc, r.planes, std::make_index_sequence<kLanes - 1>()) : nullptr;
+      vectorKernels() ? forwardKernel(g.oc, r.planes, r.kw, std::make_index_sequence<kLanes - 1>()) : nullptr;
   const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   // A fused pool (g.pool): each image's planes go to one buffer, pooled before the next image.
   float* planes = g.pool ? dev.scratch(kImageSlot, image) : nullptr;
