@@ -162,9 +162,11 @@ TEST(ConvOneChannel, AFusedPoolGivesTheSeparatePassesBits) {
   // spread back just before its weight sums, against conv -> pool and pool backward -> conv
   // over the whole batch; with and without the ReLU, fp32 and emulated bf16.
   test::ModeScope mode(Bf16Mode::kEmulated);
-  // LeNet-5's, an odd map (the planes buffer), rows of two and of one block (straight into the
-  // weight sums' layout, avgPoolPlanesToBlocksApply).
-  const Case cases[] = {{3, 28, 28, 6, 5, 2}, {2, 12, 9, 1, 3, 0}, {2, 10, 30, 15, 3, 1}, {2, 14, 14, 4, 3, 1}};
+  // LeNet-5's and another with at most 6 channels and 5 taps (pooled from the forward's
+  // registers), an odd map (the planes buffer), rows of two and of one block (the gradient
+  // straight into the weight sums' layout, avgPoolPlanesToBlocksApply).
+  const Case cases[] = {{3, 28, 28, 6, 5, 2}, {2, 12, 9, 1, 3, 0}, {2, 10, 30, 15, 3, 1}, {2, 14, 14, 4, 3, 1},
+                        {2, 20, 20, 3, 5, 2}};
   for (const Case& c : cases)
     for (bool relu : {true, false})
       for (Precision prec : {Precision::kFp32, Precision::kBf16}) {

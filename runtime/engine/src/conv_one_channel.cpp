@@ -29,6 +29,7 @@
 #include "conv_onednn.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
+#include "pool_windows.hpp"
 
 namespace xs::engine::detail {
 namespace {
@@ -107,40 +108,55 @@ void forwardPortable(float* y, const float* xp, const float* w, const float* b, 
       }
 }
 
-// Rows oy0.. (R of them; those past oh run on a clamped row and are dropped) of block blk. KW:
-// the kernel's width as a constant (its tap row unrolled), or 0 for r.kw.
-template <int OC, int R, bool kPlanes, int KW>
-__attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, const float* w, const float* b,
-                                                    const Rows& r, const Shuffles& sh, int oy0, int blk) {
-  __m512 acc[R][OC];
+// acc[i][j][o] = bias + the taps of R rows (xp at rows[i]) x NB blocks (from blk0) x OC channels:
+// each tap one load of x a row and block, each weight one broadcast for all of them. KW: the
+// kernel's width as a constant (its tap row unrolled, offsets as constants), or 0 for r.kw.
+template <int OC, int R, int NB, int KW>
+__attribute__((target("avx512f"))) inline void tapSums(__m512 (&acc)[R][NB][OC], const float* const (&rows)[R],
+                                                       const float* w, const float* b, const Rows& r, int blk0) {
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j)
 #pragma GCC unroll 16
-    for (int o = 0; o < OC; ++o) acc[i][o] = _mm512_set1_ps(b ? b[o] : 0.f);
+      for (int o = 0; o < OC; ++o) acc[i][j][o] = _mm512_set1_ps(b ? b[o] : 0.f);
   const int kw = KW ? KW : r.kw, taps = r.kh * kw;
-  const float* rows[R];
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) rows[i] = r.xp(xp, std::min(oy0 + i, r.oh - 1), blk, 0);
   for (int ky = 0; ky < r.kh; ++ky)
 #pragma GCC unroll 8
     for (int kx = 0; kx < kw; ++kx) {
-      __m512 xv[R];
+      __m512 xv[R][NB];
 #pragma GCC unroll 16
-      for (int i = 0; i < R; ++i) xv[i] = _mm512_loadu_ps(rows[i] + static_cast<std::size_t>(ky) * r.xpRow + kx);
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NB; ++j)
+          xv[i][j] = _mm512_loadu_ps(rows[i] + static_cast<std::size_t>(ky) * r.xpRow + (blk0 + j) * kLanes + kx);
 #pragma GCC unroll 16
       for (int o = 0; o < OC; ++o) {
         const __m512 wv = _mm512_set1_ps(w[o * taps + ky * kw + kx]);
 #pragma GCC unroll 16
-        for (int i = 0; i < R; ++i) acc[i][o] = _mm512_fmadd_ps(xv[i], wv, acc[i][o]);
+        for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+          for (int j = 0; j < NB; ++j) acc[i][j][o] = _mm512_fmadd_ps(xv[i][j], wv, acc[i][j][o]);
       }
     }
+}
+
+// Rows oy0.. (R of them; those past oh run on a clamped row and are dropped) of block blk.
+template <int OC, int R, bool kPlanes, int KW>
+__attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, const float* w, const float* b,
+                                                    const Rows& r, const Shuffles& sh, int oy0, int blk) {
+  const float* rows[R];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) rows[i] = r.xp(xp, std::min(oy0 + i, r.oh - 1), 0, 0);
+  __m512 acc[R][1][OC];  // one block
+  tapSums<OC, R, 1, KW>(acc, rows, w, b, r, blk);
   if constexpr (kPlanes) {
     const __mmask16 m = firstLanes(r.pixels(blk));
     const std::size_t plane = static_cast<std::size_t>(r.oh) * r.ow;
     for (int i = 0; i < R && oy0 + i < r.oh; ++i) {
       float* to = y + static_cast<std::size_t>(oy0 + i) * r.ow + blk * kLanes;
 #pragma GCC unroll 16
-      for (int o = 0; o < OC; ++o) _mm512_mask_storeu_ps(to + o * plane, m, acc[i][o]);
+      for (int o = 0; o < OC; ++o) _mm512_mask_storeu_ps(to + o * plane, m, acc[i][0][o]);
     }
     return;
   }
@@ -149,7 +165,7 @@ __attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, c
     float* to = y + (static_cast<std::size_t>(oy0 + i) * r.ow + blk * kLanes) * OC;
     for (int v = 0; v < OC && v * kLanes < valid; ++v)
       _mm512_mask_storeu_ps(to + v * kLanes, firstLanes(valid - v * kLanes),
-                            gatherPairs(acc[i], OC, sh.toRow[v], sh.toRowPair[v]));
+                            gatherPairs(acc[i][0], OC, sh.toRow[v], sh.toRowPair[v]));
   }
 }
 
@@ -171,6 +187,55 @@ Forward forwardKernel(int oc, bool planes, int kw, std::index_sequence<I...>) {
       {{&forwardAvx512<static_cast<int>(I) + 1, false, 0>...}, {&forwardAvx512<static_cast<int>(I) + 1, false, 5>...}},
       {{&forwardAvx512<static_cast<int>(I) + 1, true, 0>...}, {&forwardAvx512<static_cast<int>(I) + 1, true, 5>...}}};
   return kTable[planes][kw == 5][oc - 1];
+}
+
+// With the pool fused in (g.pool): rows oy0 and oy0 + 1 (one row of windows) of both blocks,
+// 4 * OC sums, pooled from the registers into the pool's output and ReLU masks, as the pool
+// would from the planes (pool_windows.hpp): the planes are never stored. Rows of 17 to 32
+// pixels that the windows cover, OC <= 6, 5 taps wide.
+template <int OC, bool kRelu, bool kRound>
+__attribute__((target("avx512f"))) void pooledTile(const PlanesPool& pool, int n, const float* xp, const float* w,
+                                                   const float* b, const Rows& r, const Shuffles& sh, int oy0) {
+  const float* rows[2] = {r.xp(xp, oy0, 0, 0), r.xp(xp, oy0 + 1, 0, 0)};
+  __m512 acc[2][2][OC];
+  tapSums<OC, 2, 2, 5>(acc, rows, w, b, r, 0);
+  const int wins = pool.g.ow();
+  const __mmask16 m0 = firstLanes(2 * wins), m1 = firstLanes(2 * wins - kLanes);
+  const PoolLanes& ln = poolLanes();
+  const __m512i left = _mm512_load_si512(ln.left), right = _mm512_load_si512(ln.right);
+  // The masks' words [n][c][h][2] (one block of windows a row), as the pool lays them out.
+  std::uint16_t* bits = kRelu ? pool.mask + (static_cast<std::size_t>(n) * OC * r.oh + oy0) * 2 : nullptr;
+  __m512 win[OC];
+#pragma GCC unroll 16
+  for (int o = 0; o < OC; ++o) {
+    win[o] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i)
+      win[o] = addWindowRow<kRelu>(win[o], _mm512_maskz_mov_ps(m0, acc[i][0][o]), _mm512_maskz_mov_ps(m1, acc[i][1][o]),
+                                   kRelu ? bits + (static_cast<std::size_t>(o) * r.oh + i) * 2 : nullptr, left, right);
+  }
+  float* out = pool.y + (static_cast<std::size_t>(n) * pool.g.oh() + oy0 / 2) * wins * OC;
+  storeWindows<OC, kRound>(out, win, wins * OC, sh);
+}
+
+using PooledTile = void (*)(const PlanesPool&, int, const float*, const float*, const float*, const Rows&,
+                            const Shuffles&, int);
+
+template <bool kRelu, bool kRound, std::size_t... I>
+PooledTile pooledTileKernel(int oc, std::index_sequence<I...>) {
+  static constexpr PooledTile kTable[] = {&pooledTile<static_cast<int>(I) + 1, kRelu, kRound>...};
+  return kTable[oc - 1];
+}
+
+// The pooled tile's kernel for g, or null where it does not apply.
+PooledTile pooledKernel(const ConvGeom& g, const Rows& r) {
+  if (!g.pool || !cpuHasAvx512() || oneChannelPortableSlot() || avgPoolPlanesPortableSlot()) return nullptr;
+  const PoolGeom& p = g.pool->g;
+  if (r.oc > 6 || r.kw != 5 || r.blocks != 2 || p.h != 2 * p.oh() || p.w != 2 * p.ow()) return nullptr;
+  PooledTile k = nullptr;
+  withFlags(g.pool->f.relu, g.pool->f.roundY,
+            [&](auto relu, auto round) { k = pooledTileKernel<relu, round>(r.oc, std::make_index_sequence<6>()); });
+  return k;
 }
 
 // ---- backward: weights and bias -------------------------------------------------------------
@@ -346,7 +411,15 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
   const Forward kernel =
       vectorKernels() ? forwardKernel(g.oc, r.planes, r.kw, std::make_index_sequence<kLanes - 1>()) : nullptr;
   const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
-  // A fused pool (g.pool): each image's planes go to one buffer, pooled before the next image.
+  // A fused pool (g.pool): pooled from the tiles' registers (pooledKernel), or each image's
+  // planes go to one buffer, pooled before the next image.
+  if (const PooledTile pooled = pooledKernel(g, r)) {
+    for (int n = 0; n < g.n; ++n) {
+      padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
+      for (int oy = 0; oy < r.oh; oy += 2) pooled(*g.pool, n, xp, w, b, r, sh, oy);
+    }
+    return;
+  }
   float* planes = g.pool ? dev.scratch(kImageSlot, image) : nullptr;
   for (int n = 0; n < g.n; ++n) {
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);

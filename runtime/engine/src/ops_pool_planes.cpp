@@ -14,6 +14,7 @@
 
 #include "xspawn/error.hpp"
 #include "channel_shuffles.hpp"
+#include "pool_windows.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 #include "ops.hpp"
@@ -93,14 +94,7 @@ void backwardLoops(float* dx, const float* dy, const std::uint16_t* mask, const 
 
 #define XS_AVX512 __attribute__((target("avx512f")))
 
-// Lane indexes: a window's left and right pixels among 32 (two vectors), and the pixels 0..15
-// and 16..31 from their windows.
-struct Lanes {
-  alignas(64) int left[kLanes], right[kLanes], low[kLanes], high[kLanes];
-  Lanes() {
-    for (int l = 0; l < kLanes; ++l) left[l] = 2 * l, right[l] = 2 * l + 1, low[l] = l / 2, high[l] = 8 + l / 2;
-  }
-};
+using Lanes = detail::PoolLanes;
 
 // One image's pointers: its planes (or their gradient) and the ReLU's mask bits.
 struct Image {
@@ -112,10 +106,7 @@ struct Image {
         rowBits(2 * p.blocks) {}
 };
 
-const Lanes& lanes() {
-  static const Lanes ln;
-  return ln;
-}
+const Lanes& lanes() { return detail::poolLanes(); }
 
 // Block blk of row oy of one image: each of the C channels' 16 windows from its planes' two
 // rows, then interleaved. C a constant: the windows stay in registers and the addresses are
@@ -126,36 +117,21 @@ XS_AVX512 void forwardBlock(float* y, std::uint16_t* mask, const float* x, const
   const int wins = p.windows(blk);
   const __mmask16 m0 = firstLanes(2 * wins), m1 = wins > 8 ? firstLanes(2 * wins - kLanes) : 0;
   const __m512i left = _mm512_load_si512(ln.left), right = _mm512_load_si512(ln.right);
-  const __m512 zero = _mm512_setzero_ps();
   const float* rows = x + static_cast<std::size_t>(2 * oy) * p.w + 2 * kLanes * blk;
   std::uint16_t* bits = mask + static_cast<std::size_t>(2 * oy) * im.rowBits + 2 * blk;
   __m512 win[C];
 #pragma GCC unroll 16
   for (int ch = 0; ch < C; ++ch) {
-    __m512 s = zero;
+    win[ch] = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int ky = 0; ky < 2; ++ky) {
       const float* row = rows + ch * im.plane + ky * p.w;
-      __m512 a = _mm512_maskz_loadu_ps(m0, row), b = _mm512_maskz_loadu_ps(m1, row + kLanes);
-      if constexpr (kRelu) {  // x > 0 ? x : +0 (NaN and -0 give +0), the mask kept
-        const __mmask16 pa = _mm512_cmp_ps_mask(a, zero, _CMP_GT_OQ), pb = _mm512_cmp_ps_mask(b, zero, _CMP_GT_OQ);
-        a = _mm512_maskz_mov_ps(pa, a), b = _mm512_maskz_mov_ps(pb, b);
-        std::uint16_t* to = bits + ch * im.bits + ky * im.rowBits;
-        to[0] = pa, to[1] = pb;
-      }
-      s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, left, b));
-      s = _mm512_add_ps(s, _mm512_permutex2var_ps(a, right, b));
+      win[ch] = detail::addWindowRow<kRelu>(win[ch], _mm512_maskz_loadu_ps(m0, row),
+                                            _mm512_maskz_loadu_ps(m1, row + kLanes),
+                                            kRelu ? bits + ch * im.bits + ky * im.rowBits : nullptr, left, right);
     }
-    win[ch] = _mm512_mul_ps(s, _mm512_set1_ps(0.25f));  // / 4, a power of two: the same bits
-    if constexpr (kRound) win[ch] = roundBf16(win[ch]);
   }
-  float* out = y + static_cast<std::size_t>(oy) * p.ow * C + blk * kLanes * C;
-  const int valid = wins * C;
-#pragma GCC unroll 16
-  for (int v = 0; v < C; ++v)
-    if (v * kLanes < valid)
-      _mm512_mask_storeu_ps(out + v * kLanes, firstLanes(valid - v * kLanes),
-                            gatherPairs(win, C, sh.toRow[v], sh.toRowPair[v]));
+  detail::storeWindows<C, kRound>(y + static_cast<std::size_t>(oy) * p.ow * C + blk * kLanes * C, win, wins * C, sh);
 }
 
 // dy's row of `valid` values [windows, C] from up as C vectors (zeros past), and channel ch's
