@@ -20,7 +20,7 @@ enum class BindTo { kNone, kCore };
 enum class WaitPolicy { kHybrid, kSpin, kFutex };
 
 struct SpawnOptions {
-  int nprocs = 0;                    // 0: the number of online cores
+  int nprocs = 0;                    // 0: usableCores()
   StartMethod startMethod = StartMethod::kFork;
   BindTo bindTo = BindTo::kNone;     // kCore: worker i pinned to core i mod cores
   std::chrono::milliseconds timeout{300000};  // deadline of every rendezvous and collective
@@ -101,7 +101,7 @@ bool mainOptions(int argc, const char* const* argv, SpawnOptions& options);
 }
 
 // A training program's main in one line: its flags from the command line (Flags::fromArgs:
-// --key value), `--nprocs N` workers (default: defaultNprocs; 0: one per online core), started
+// --key value), `--nprocs N` workers (default: defaultNprocs; 0: one per usable core), started
 // quietly by spawn; `--max-restarts N` and `--inject-fault SPEC` as the launcher's options. Returns the job's exit status (2 for a command line it cannot read), for
 // main to return.
 template <class Fn>
