@@ -10,6 +10,7 @@
 
 #include "gemm.hpp"
 #include "golden_util.hpp"
+#include "kernel_util.hpp"
 #include "ops.hpp"
 #include "test_util.hpp"
 #include "xspawn/engine/model.hpp"
@@ -49,6 +50,33 @@ TEST(Bf16Modes, ArrayRoundingMatchesTheScalarOne) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (std::isnan(v[i])) continue;
     EXPECT_EQ(bitsOf(v[i]), bitsOf(out[i])) << i;
+  }
+}
+
+__attribute__((target("avx512f"))) void roundBf16Lanes(float* out, const float* in, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 16) _mm512_storeu_ps(out + i, roundBf16(_mm512_loadu_ps(in + i)));
+}
+
+TEST(Bf16Modes, RegisterRoundingMatchesTheScalarRule) {
+  // kernel_util.hpp's roundBf16 (the pools' and conv 1's in-register rounding) against
+  // bf16RoundedBits, bit for bit, NaNs included: every 16th bit pattern of the float range's
+  // top halves and a few low halves, signs, ties, denormals, infinities, signalling NaNs.
+  if (!cpuHasAvx512()) {
+    EXPECT_FALSE(cpuHasAvx512());  // roundBf16 runs only inside AVX-512 kernels
+    return;
+  }
+  std::vector<std::uint32_t> bits;
+  for (std::uint32_t hi = 0; hi < 0x10000u; hi += 16)
+    for (std::uint32_t lo : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) bits.push_back(hi << 16 | lo);
+  for (std::uint32_t u : {0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7fc00000u, 0x7f7fffffu, 0x00000001u})
+    bits.push_back(u);
+  while (bits.size() % 16) bits.push_back(0);
+  std::vector<float> out(bits.size());
+  roundBf16Lanes(out.data(), reinterpret_cast<const float*>(bits.data()), bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    float x;
+    std::memcpy(&x, &bits[i], sizeof x);
+    EXPECT_EQ(bitsOf(out[i]), bf16RoundedBits(x)) << std::hex << bits[i];
   }
 }
 

@@ -14,14 +14,16 @@ namespace xs::engine {
 // undefined source).
 constexpr __mmask16 kAllLanes = 0xffff;
 
-// 16 lanes rounded to bf16 by the one rounding rule (gemm.hpp's roundToBf16), which this loop
-// vectorises.
+// 16 lanes rounded to bf16 by the one rounding rule (gemm.hpp's bf16RoundedBits, written out in
+// registers): ties to even; a NaN stays a NaN, made quiet.
 __attribute__((target("avx512f"))) inline __m512 roundBf16(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-#pragma omp simd
-  for (int j = 0; j < 16; ++j) t[j] = roundToBf16(t[j]);
-  return _mm512_load_ps(t);
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAllLanes, u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i bits = _mm512_mask_or_epi32(rounded, nan, u, _mm512_set1_epi32(0x00400000));
+  return _mm512_castsi512_ps(_mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
 // run(relu, round) with each flag as a compile-time constant (std::bool_constant), so that a
