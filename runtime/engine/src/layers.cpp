@@ -132,7 +132,8 @@ class Conv2d : public Module {
     g_.planes = g_.dstNhwc && planesNext_ && !needInputGrad_ && conv2dWritesPlanes(ctx.dev, g_);
     if (g_.planes) g_.dstNhwc = false;
     g_.pool = poolNext_ ? poolNext_->fuseIntoConv(ctx, g_.n, g_.planes) : nullptr;
-    y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
+    // With the pool fused in, y is the pool's: this layer's output is never written or read.
+    if (!g_.pool) y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
     y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
     conv2dForward(ctx.dev, y_.data(), x.data(), weight(ctx), bias_ ? ctx.params.value(b_) : nullptr, g_);
     // oneDNN backward passes that take dy (and give dx) in channel blocks: say so to the module
