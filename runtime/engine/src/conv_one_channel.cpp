@@ -13,7 +13,9 @@
 // de-interleaved, dyT (zeros past ow); it keeps s per lane until the end. Before an average pool
 // that takes planes (g.planes: LeNet-5's), y and dy are NCHW: the forward stores its vectors as
 // they are (the pool interleaves a quarter of the values, ops_pool_planes.cpp), and the weight
-// sums' first pass copies dy's plane rows into dyT. (The row [ow, oc] as the vector instead, over
+// sums' first pass copies dy's plane rows into dyT. With that pool fused in (g.pool, ops.hpp's
+// PlanesPool), the forward pools its tiles from their registers (or one image's planes from a
+// buffer) and the backward takes the pool's gradient image by image. (The row [ow, oc] as the vector instead, over
 // an image with each pixel repeated oc times, loads across cache lines at every tap: 0.7
 // multiply-adds a cycle, 1.3x slower over LeNet-5's step.) Each sum runs in the order written with fused
 // multiply-adds, the same in the AVX-512 kernels and the portable loops (tested bit for bit).
@@ -407,7 +409,7 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
     w = roundedScratch(dev, kWeightSlot, w, static_cast<std::size_t>(g.oc) * r.taps());
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
   fillPadding(xp, r);
-  const Shuffles sh(g.oc);
+  const Shuffles& sh = shufflesFor(g.oc);
   const Forward kernel =
       vectorKernels() ? forwardKernel(g.oc, r.planes, r.kw, std::make_index_sequence<kLanes - 1>()) : nullptr;
   const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
@@ -442,29 +444,28 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   fillPadding(xp, r);
   const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   const bool roundX = emulatesBf16(dev) && !g.xRounded;  // in padImage's copy
-  // A fused pool (g.pool): each image's dy planes are spread from the pool's gradient into one
-  // buffer, rounded there as the convolution would round them (g.pool->g.dxRounded).
-  float* planes = g.pool ? dev.scratch(kImageSlot, image) : nullptr;
-  XS_CHECK(!planes || !emulatesBf16(dev) || g.pool->g.dxRounded, ShapeError,
+  // A fused pool (g.pool) spreads each image's gradient, rounded as the convolution would round
+  // it (g.pool->g.dxRounded): straight into dyT with the bias's lane sums (toBlocks: no planes,
+  // no fill), or into one buffer of planes.
+  XS_CHECK(!g.pool || !emulatesBf16(dev) || g.pool->g.dxRounded, ShapeError,
            "conv2d with a fused pool: in emulated bf16 the pool must round the planes' gradient");
-  if (emulatesBf16(dev) && !g.dyRounded && !planes) dy = roundedScratch(dev, kRoundedDySlot, dy, g.n * image);
+  if (emulatesBf16(dev) && !g.dyRounded && !g.pool) dy = roundedScratch(dev, kRoundedDySlot, dy, g.n * image);
   const bool vecSums = vectorKernels() && (r.kw == 3 || r.kw == 5);
-  const Shuffles sh(g.oc);
+  const Shuffles& sh = shufflesFor(g.oc);
   const bool fill = vecSums && r.planes;  // NCHW dy: the sums' first pass copies it into dyT
   const Deinterleave deinterleave =
       vectorKernels() && !r.planes ? deinterleaveKernel(g.oc, std::make_index_sequence<kLanes - 1>()) : nullptr;
-  // The pool's gradient straight into dyT with the bias's lane sums (no planes, no fill).
-  const bool toBlocks = planes && fill && avgPoolPlanesToBlocksApply(*g.pool);
+  const bool toBlocks = g.pool && fill && avgPoolPlanesToBlocksApply(*g.pool);
+  float* planes = g.pool && !toBlocks ? dev.scratch(kImageSlot, image) : nullptr;
   for (int n = 0; n < g.n; ++n) {
     if (toBlocks) avgPoolPlanesBackwardToBlocks(dyT, bsum, *g.pool, n);
     else if (planes) avgPoolPlanesBackwardImage(planes, *g.pool, n);
-    const float* dyn = planes ? planes : dy + n * image;
+    const float* dyn = planes ? planes : toBlocks ? nullptr : dy + n * image;
     if (deinterleave) deinterleave(dyT, bsum, dyn, r, sh);
     else if (!fill) deinterleavePortable(dyT, bsum, dyn, r);
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
-    const float* fillFrom = fill && !toBlocks ? dyn : nullptr;
-    if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, fillFrom, bsum, xp, r);
-    else if (vecSums) weightSumsAvx512<5>(s, dyT, fillFrom, bsum, xp, r);
+    if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
+    else if (vecSums) weightSumsAvx512<5>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
     else weightSumsPortable(s, dyT, xp, r);
   }
   // Each sum's lanes in order.

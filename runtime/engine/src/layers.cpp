@@ -204,10 +204,8 @@ class Pool2d : public Module, public PlanesPoolSource {
     y_.setBf16Values(rounded);
     y_.setBlockedGrad(false);
     blockedDx_ = false;
-    if (reluBefore_)
-      argmax_.ensure(ctx.dev, Shape{static_cast<int>((avgPoolPlanesMasks(g_) + 1) / 2)}, "ReLU masks");
     fusion_ = PlanesPool{nchw(g_), {.relu = reluBefore_, .roundY = rounded}, y_.data(),
-                         reluBefore_ ? reinterpret_cast<std::uint16_t*>(argmax_.data()) : nullptr, nullptr};
+                         reluBefore_ ? reluMasks(ctx) : nullptr, nullptr};
     fusion_.g.dxRounded = emulatesBf16(ctx.dev);  // as the convolution would round its dy
     return &fusion_;
   }
@@ -240,10 +238,8 @@ class Pool2d : public Module, public PlanesPoolSource {
     const bool rounded = (kind_ == kAvg || reluBefore_) && nextRounds_ && emulatesBf16(ctx.dev);
     y_.ensure(ctx.dev, out, "activations");
     y_.setLayout(planes_ ? Layout::kNhwc : x.layout());
-    if (planes_) {  // the ReLU's mask as bits
-      argmax_.ensure(ctx.dev, Shape{static_cast<int>((avgPoolPlanesMasks(g_) + 1) / 2)}, "ReLU masks");
-      avgPoolPlanesForward(y_.data(), reinterpret_cast<std::uint16_t*>(argmax_.data()), x.data(), g_,
-                           {.relu = reluBefore_, .roundY = rounded});
+    if (planes_) {
+      avgPoolPlanesForward(y_.data(), reluMasks(ctx), x.data(), g_, {.relu = reluBefore_, .roundY = rounded});
     } else if (kind_ == kAvg) {
       avgPool2dForward(y_.data(), x.data(), g_, {.relu = reluBefore_, .roundY = rounded});
     } else {
@@ -304,6 +300,11 @@ class Pool2d : public Module, public PlanesPoolSource {
   }
 
  private:
+  // Pooling planes: the fused ReLU's mask as bits (avgPoolPlanesMasks words) in argmax_.
+  std::uint16_t* reluMasks(Context& ctx) {
+    argmax_.ensure(ctx.dev, Shape{static_cast<int>((avgPoolPlanesMasks(g_) + 1) / 2)}, "ReLU masks");
+    return reinterpret_cast<std::uint16_t*>(argmax_.data());
+  }
   static PoolGeom nchw(PoolGeom g) {
     g.nhwc = false;
     return g;

@@ -202,11 +202,11 @@ void avgPoolPlanesForward(float* y, std::uint16_t* mask, const float* x, const P
 void avgPoolPlanesBackward(float* dx, const float* dy, const std::uint16_t* mask, const PoolGeom& g);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& avgPoolPlanesPortableSlot();
-// That pool fused into the convolution before it (ConvGeom::pool): the convolution computes
-// one image's planes into a buffer that stays in cache and pools them at once (forward), and
-// spreads one image's pooled gradient back into planes just before its weight sums read them
-// (backward). The 1.2 MB of LeNet-5's batch of planes then never go to memory and back, twice.
-// The same bits as the separate passes.
+// That pool fused into the convolution before it (ConvGeom::pool): the convolution pools its
+// tiles from their registers (pool_windows.hpp), or one image's planes from a buffer in cache
+// (forward); one image's pooled gradient is spread straight into its weight sums' layout, or
+// into that buffer, just before the sums read it (backward). The 1.2 MB of LeNet-5's batch of
+// planes then never go to memory and back, twice. The same bits as the separate passes.
 struct PlanesPool {
   PoolGeom g;                      // n: the batch; g.dxRounded: the planes' gradient rounded to bf16
   AvgPoolFusion f;                 // forward: the ReLU before the pool, y rounded

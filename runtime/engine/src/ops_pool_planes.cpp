@@ -96,7 +96,7 @@ void backwardLoops(float* dx, const float* dy, const std::uint16_t* mask, const 
 
 using Lanes = detail::PoolLanes;
 
-// One image's pointers: its planes (or their gradient) and the ReLU's mask bits.
+// One image's strides: between its planes (or their gradient) and its ReLU mask words.
 struct Image {
   std::size_t plane;  // floats between two channels' planes
   std::size_t bits;   // mask words between two channels
@@ -105,8 +105,6 @@ struct Image {
       : plane(static_cast<std::size_t>(p.h) * p.w), bits(static_cast<std::size_t>(p.h) * 2 * p.blocks),
         rowBits(2 * p.blocks) {}
 };
-
-const Lanes& lanes() { return detail::poolLanes(); }
 
 // Block blk of row oy of one image: each of the C channels' 16 windows from its planes' two
 // rows, then interleaved. C a constant: the windows stay in registers and the addresses are
@@ -237,7 +235,7 @@ XS_AVX512 void forwardAvx512(float* y, std::uint16_t* mask, const float* x, cons
   const Planes p(g);
   const Image im(p);
   const Shuffles& sh = detail::shufflesFor(C);
-  const Lanes& ln = lanes();
+  const Lanes& ln = detail::poolLanes();
   for (int n = 0; n < g.n; ++n)
     for (int oy = 0; oy < p.oh; ++oy)
       for (int blk = 0; blk < p.blocks; ++blk)
@@ -250,7 +248,7 @@ XS_AVX512 void backwardAvx512(float* dx, const float* dy, const std::uint16_t* m
   const Planes p(g);
   const Image im(p);
   const Shuffles& sh = detail::shufflesFor(C);
-  const Lanes& ln = lanes();
+  const Lanes& ln = detail::poolLanes();
   const bool uncovered = 2 * p.oh != p.h || 2 * p.ow != p.w;
   for (int n = 0; n < g.n; ++n) {
     if (uncovered) zeroUncovered(dx, p, n);
@@ -264,7 +262,7 @@ XS_AVX512 void backwardAvx512(float* dx, const float* dy, const std::uint16_t* m
 template <int C, bool kRelu, bool kRound>
 XS_AVX512 void toBlocksAvx512(float* dyT, float* laneSums, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
   const Planes p(g);
-  backwardToBlocks<C, kRelu, kRound>(dyT, laneSums, dy, mask, p, Image(p), detail::shufflesFor(C), lanes());
+  backwardToBlocks<C, kRelu, kRound>(dyT, laneSums, dy, mask, p, Image(p), detail::shufflesFor(C), detail::poolLanes());
 }
 
 // The kernels for c channels (1..15).
