@@ -85,7 +85,8 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
   auto* results = static_cast<BarrierResults*>(mem);
 
   SpawnOptions base = inv.spawn;
-  const int world = base.nprocs == 0 ? usableCores() : base.nprocs;
+  const int cores = usableCores();  // read once: it parses /proc and the cgroup files
+  const int world = base.nprocs == 0 ? cores : base.nprocs;
   base.quiet = true;
   std::vector<WaitRow> rows;
   for (WaitPolicy policy : policies) {
@@ -120,7 +121,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
   ::munmap(mem, sizeof(BarrierResults));
 
   std::printf("# xspawn bench barrier: N=%d processes on %d usable cores, %d barriers x %d repeats\n",
-              world, usableCores(), iters, repeats);
+              world, cores, iters, repeats);
   std::printf("# %-8s %12s %12s %12s %12s\n", "wait", "median(us)", "min(us)", "max(us)",
               "vs first");
   int status = 0;
@@ -138,7 +139,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
     doc["bench"] = "barrier";
     doc["nprocs"] = world;
     doc["online_cores"] = onlineCores();
-    doc["usable_cores"] = usableCores();
+    doc["usable_cores"] = cores;
     doc["iters"] = iters;
     doc["repeats"] = repeats;
     for (const WaitRow& r : rows) {

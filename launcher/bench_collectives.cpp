@@ -301,7 +301,8 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   SpawnOptions o = inv.spawn;
   // Under mpirun, each launcher is one machine of `machines`: the ranks are machines x N.
   const detail::MachinePlace place = detail::detectMachines();
-  const int local = o.nprocs == 0 ? usableCores() : o.nprocs;
+  const int cores = usableCores();  // read once: it parses /proc and the cgroup files
+  const int local = o.nprocs == 0 ? cores : o.nprocs;
   const int world = local * place.machines;
   o.quiet = true;
   if (cfg.zeroCopy) o.sharedHeapBytes = cfg.sweep.rotateBytes + (cfg.sweep.maxBytes > cfg.sweep.rotateBytes ? cfg.sweep.maxBytes : 0) + (64u << 10);
@@ -333,7 +334,7 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
       for (std::string h; std::getline(hosts, h, ',');) {
         if (h.find(':') != std::string::npos) perHost = std::max(perHost, std::atoi(h.c_str() + h.rfind(':') + 1));
       }
-      if (perHost > usableCores()) flags += "--oversubscribe --mca mpi_yield_when_idle 1 ";
+      if (perHost > cores) flags += "--oversubscribe --mca mpi_yield_when_idle 1 ";
       if (place.machines > 1) {
         // The flat peer: one MPI process per rank on the same machines, started afresh (this
         // launcher's own mpirun environment would make the new mpirun a part of it).
@@ -375,11 +376,11 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   std::printf("# xspawn bench %s: N=%d ranks%s on %d usable cores, %s %s, algo %s%s\n", op.c_str(), world,
               place.machines > 1 ? fmt::format(" ({} machines x {}, hierarchical; mpi = flat MPI over all {})",
                                                place.machines, local, world).c_str() : "",
-              usableCores(), dtypeName(cfg.type), reduceOpName(cfg.op), algorithmName(cfg.coll.algorithm),
+              cores, dtypeName(cfg.type), reduceOpName(cfg.op), algorithmName(cfg.coll.algorithm),
               cfg.zeroCopy ? fmt::format(", in-place buffers in the shared heap (zero-copy from {})",
                                          formatBytes(cfg.coll.zeroCopyMinBytes)).c_str() : "");
   std::printf("# memory bandwidth measured: %.1f GB/s (read + write, %d cores, 64 MiB buffers); times are medians in us\n",
-              results->memoryGBs, std::min(world, usableCores()));
+              results->memoryGBs, std::min(world, cores));
   std::printf("#%9s %10s %6s | %9s %7s %7s %6s | %9s %7s %7s %6s %6s | %7s %6s | %7s %6s\n", "size", "count",
               "redop", "oop time", "algbw", "busbw", "#wrong", "ip time", "algbw", "busbw", "#wrong", "floor",
               "mpi bw", "x mpi", "gloo bw", "x gloo");
@@ -388,7 +389,7 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   doc["nprocs"] = world;
   doc["machines"] = place.machines;
   doc["online_cores"] = onlineCores();
-  doc["usable_cores"] = usableCores();
+  doc["usable_cores"] = cores;
   doc["dtype"] = dtypeName(cfg.type);
   doc["redop"] = reduceOpName(cfg.op);
   doc["algo"] = algorithmName(cfg.coll.algorithm);
