@@ -7,12 +7,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "xspawn/collectives.hpp"
 #include "xspawn/data/cifar.hpp"
 #include "xspawn/error.hpp"
+#include "xspawn/xspawn.hpp"
 #include "xspawn/data/idx.hpp"
 
 namespace xs::train {
@@ -93,7 +96,14 @@ std::uint32_t checkIdxFile(const fs::path& path, std::uint32_t magic, int dims) 
   const int want = 4 + 4 * dims;
   const int got = gzread(f, h.data(), static_cast<unsigned>(want));
   const bool direct = gzdirect(f) == 1;
+  int err = Z_OK;
+  const std::string zlib = got < 0 ? gzerror(f, &err) : "";
   gzclose(f);
+  // A stream short enough to be inflated whole by the first read: its check (CRC, size) failed.
+  if (got < 0 && err == Z_DATA_ERROR)
+    XS_THROW(xs::FormatError, fmt::format("{}: corrupt gzip stream (zlib: {}); the file is damaged: download or copy "
+                                          "the file again",
+                                          name, zlib.rfind(name + ": ", 0) == 0 ? zlib.substr(name.size() + 2) : zlib));
   if (got < 4)
     XS_THROW(xs::TruncatedError, fmt::format("{}: truncated: {} bytes, shorter than the {}-byte IDX header; re-download it",
                                                     name, std::max(got, 0), want));
@@ -182,6 +192,40 @@ data::Dataset loadSplit(const TrainOptions& o, data::Split split) {
     d.labels.resize(static_cast<std::size_t>(limit));
     d.pixels.resize(static_cast<std::size_t>(limit * d.imageSize()));
   }
+  return d;
+}
+
+data::Dataset loadSplitShared(const TrainOptions& o, data::Split split) {
+  // Inflating Fashion-MNIST's training images (26 MB of gzip) takes about 90 ms of a core: 8
+  // ranks on 2 cores spent about 0.36 s of the default run reading the same files, where a
+  // broadcast of the 55 MB takes about 30 ms. Across machines it would cross the network.
+  const int world = xs::world_size();
+  if (world == 1 || xs::local_world_size() != world) return loadSplit(o, split);
+  const int reader = split == data::Split::kTrain ? 0 : 1;
+  const bool reads = xs::get_ordinal() == reader;
+  data::Dataset d;
+  if (reads) d = loadSplit(o, split);
+  // images, channels, height, width, classes, pixel bytes
+  std::array<std::int64_t, 6> shape{d.size(), d.channels, d.height, d.width, d.numClasses,
+                                    static_cast<std::int64_t>(d.pixels.size())};
+  xs::CollectiveOptions opt;
+  opt.tag = split == data::Split::kTrain ? "training set" : "test set";
+  xs::broadcast(std::span<std::int64_t>(shape), reader, opt);
+  if (!reads) {
+    d.name = o.dataset;
+    d.split = split;
+    d.channels = static_cast<int>(shape[1]);
+    d.height = static_cast<int>(shape[2]);
+    d.width = static_cast<int>(shape[3]);
+    d.numClasses = static_cast<int>(shape[4]);
+    d.labels.resize(static_cast<std::size_t>(shape[0]));
+  }
+  // The pixels travel as 32-bit words: padded to a whole one, then cut back.
+  const auto bytes = static_cast<std::size_t>(shape[5]);
+  d.pixels.resize((bytes + 3) / 4 * 4);
+  xs::broadcast(d.pixels.data(), d.pixels.size() / 4, xs::DType::kInt32, reader, opt);
+  d.pixels.resize(bytes);
+  xs::broadcast(std::span<std::int32_t>(d.labels), reader, opt);
   return d;
 }
 

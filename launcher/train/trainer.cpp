@@ -49,8 +49,8 @@ Trainer::Trainer(const TrainOptions& options)
     : o_(options), rank_(xs::get_ordinal()), world_(xs::world_size()), master_(xs::is_master_ordinal(false)),
       progress_(master_, terminal()) {
   if (!o_.datasetNotice.empty()) progress_.line(o_.datasetNotice);
-  train_ = loadSplit(o_, data::Split::kTrain);
-  test_ = loadSplit(o_, data::Split::kTest);
+  train_ = loadSplitShared(o_, data::Split::kTrain);
+  test_ = loadSplitShared(o_, data::Split::kTest);
 
   device_ = std::make_unique<engine::Device>(
       xs::device_options(engine::parsePrecision(o_.precision), engine::parseMemorySize(o_.deviceMemory)));

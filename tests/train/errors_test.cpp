@@ -95,6 +95,42 @@ TEST(TrainErrors, TruncatedGzipSaysTruncatedAndWhere) {
   fs::remove_all(dir);
 }
 
+TEST(TrainErrors, ABrokenTestSplitIsReportedByTheRankThatReadsIt) {
+  // In a job on one machine rank 1 reads the test set for everyone (loadSplitShared): its error
+  // is the job's, and the other ranks stop with it instead of waiting in the broadcast.
+  fs::path dir = freshDir("broken-test-split");
+  writeIdxDataset(dir, 40, 400);  // a stream long enough that the plan inflates only its start
+  const fs::path raw = dir / "t10k-images-idx3-ubyte", gz = dir / "t10k-images-idx3-ubyte.gz";
+  ASSERT_EQ(std::system(("gzip -c " + raw.string() + " > " + gz.string()).c_str()), 0);
+  fs::remove(raw);
+  {  // a wrong CRC in the trailer, which only inflating the whole stream finds (the plan's cheap
+     // checks read the header and the trailer's size)
+    std::fstream f(gz, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(gz) - 8));
+    f.write("\x01\x02\x03\x04", 4);
+  }
+  for (int ranks : {2, 3}) {
+    CommandResult r = runXspawn("--nprocs " + std::to_string(ranks) + " -q train --dataset mnist --data-dir " +
+                                dir.string());
+    EXPECT_NE(r.status, 0) << ranks << " ranks";
+    EXPECT_NE(r.err.find(gz.string() + ": corrupt gzip stream"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("root cause (first failure):\n  rank 1 "), std::string::npos) << r.err;
+  }
+  // A short stream is inflated whole by the plan's first read of its header: the same error there.
+  writeIdxDataset(dir, 40, 10);
+  ASSERT_EQ(std::system(("gzip -c " + raw.string() + " > " + gz.string()).c_str()), 0);
+  fs::remove(raw);
+  {
+    std::fstream f(gz, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(gz) - 8));
+    f.write("\x01\x02\x03\x04", 4);
+  }
+  CommandResult r = runXspawn("--nprocs 2 -q train --dataset mnist --data-dir " + dir.string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(gz.string() + ": corrupt gzip stream (zlib: incorrect data check)"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
 TEST(TrainErrors, MismatchedCounts) {
   fs::path dir = freshDir("mismatch");
   writeIdxDataset(dir, 20, 10);
