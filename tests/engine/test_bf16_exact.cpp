@@ -57,7 +57,8 @@ TEST(Bf16Exact, GradientHandOverIsExact) {
   Vec cx = vec(k["in0"]), w = vec(k["in1"]), cb = vec(k["in2"]), cdy = vec(k["dy"]);
   std::vector<std::uint16_t> dyBits(cdy.size());
   for (std::size_t i = 0; i < cdy.size(); ++i) dyBits[i] = toBf16Bits(cdy[i]);
-  for (int pixels : {0, 1 << 20}) {  // oneDNN's kernels; the GEMM path
+  // oneDNN's kernels; (native bf16) the weight gradient alone as a GEMM; the GEMM path
+  for (int pixels : {0, 4, 1 << 20}) {
     setNhwcGemmMaxPixels(pixels);
     std::vector<Vec> outs;
     for (bool packedDy : {false, true}) {

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "conv_onednn.hpp"
 #include "gemm.hpp"
 #include "golden_util.hpp"
 #include "kernel_util.hpp"
@@ -109,6 +110,147 @@ TEST(Bf16Modes, EmulatedLinearComputesBf16Products) {
   EXPECT_EQ(y, y2);
 }
 
+// A B x I -> O linear layer's operands, patterns from seed on.
+struct LinearCase {
+  int B, I, O;
+  Vec x, w, b, dy;
+  LinearCase(int batch, int in, int out, int seed)
+      : B(batch), I(in), O(out), x(test::pattern(B * I, seed)), w(test::pattern(O * I, seed + 1)),
+        b(test::pattern(O, seed + 2)), dy(test::pattern(B * O, seed + 3)) {}
+
+  // Its passes with operands ops (null: the plain calls), with or without the bias: forward, a
+  // backward adding to dw (from 0.5) and db, and one writing them.
+  std::vector<Vec> passes(Device& dev, RoundedOperands* ops, bool bias = true) const {
+    const float* bp = bias ? b.data() : nullptr;
+    Vec y(static_cast<std::size_t>(B) * O), dx(x.size()), dw(w.size(), 0.5f), db(O, 0.f);
+    linearForward(dev, y.data(), x.data(), w.data(), bp, B, I, O, ops);
+    linearBackward(dev, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), B, I, O, ops);
+    Vec dw2(w.size()), db2(O);
+    linearBackward(dev, nullptr, dw2.data(), db2.data(), dy.data(), x.data(), w.data(), B, I, O, ops, true);
+    return {y, dx, dw, db, dw2, db2};
+  }
+};
+
+TEST(Bf16Modes, NativeLinearConvertsEachOperandOnce) {
+  // Native bf16's linear layer with its operands (RoundedOperands: w as the store's bits, x and
+  // dy converted once for both of backward's products) gives the bits of the plain calls, which
+  // convert every operand in every product.
+  if (!cpuHasBf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU: only the emulated mode runs here";
+  ModeScope mode(Bf16Mode::kNative);
+  Device dev(bf16Options());
+  const LinearCase c(6, 300, 37, 1);
+  std::vector<std::uint16_t> wBits(c.w.size());
+  detail::floatsToBf16(c.w.data(), wBits.data(), c.w.size());
+  for (bool fromStore : {true, false}) {
+    RoundedOperands r;
+    r.wBits = fromStore ? wBits.data() : nullptr;
+    const auto withOperands = c.passes(dev, &r);
+    EXPECT_EQ(withOperands, c.passes(dev, nullptr)) << "w from the store: " << fromStore;
+    EXPECT_FALSE(r.xBf16.empty());
+    EXPECT_EQ(r.wBf16.empty(), fromStore);
+  }
+}
+
+TEST(Bf16Modes, LinearWeightGradientOnAmxTiles) {
+  // dw (+)= dy^T x from bf16 bits on AMX tiles: batches within one K chunk of 32 and across
+  // two (zero-padded), written over dw and added to it, against a double-precision sum of the
+  // bf16 products; the same layer's whole native backward then takes this path.
+  if (!oneDnnRunsAmx()) GTEST_SKIP() << "oneDNN runs no AMX kernels on this CPU";
+  constexpr int I = 128, O = 48;
+  for (int B : {6, 32, 40}) {
+    const Vec x = test::pattern(static_cast<std::size_t>(B) * I, 31);
+    const Vec dy = test::pattern(static_cast<std::size_t>(B) * O, 32);
+    std::vector<std::uint16_t> xb(x.size()), dyb(dy.size());
+    detail::floatsToBf16(x.data(), xb.data(), x.size());
+    detail::floatsToBf16(dy.data(), dyb.data(), dy.size());
+    Vec want(static_cast<std::size_t>(O) * I);
+    for (int o = 0; o < O; ++o)
+      for (int i = 0; i < I; ++i) {
+        double sum = 0;
+        for (int k = 0; k < B; ++k)
+          sum += double(bf16BitsToFloat(dyb[static_cast<std::size_t>(k) * O + o])) *
+                 bf16BitsToFloat(xb[static_cast<std::size_t>(k) * I + i]);
+        want[static_cast<std::size_t>(o) * I + i] = static_cast<float>(sum);
+      }
+    Vec twice = want;
+    for (float& v : twice) v *= 2.f;
+    Device dev(bf16Options());
+    Tensor aligned(dev, Shape{static_cast<int>(want.size())});  // 64-byte aligned: streamed stores
+    Vec unaligned(want.size() + 1);
+    for (float* dw : {aligned.data(), unaligned.data() + 1}) {
+      const std::string what = " (batch " + std::to_string(B) + (dw == aligned.data() ? ", aligned)" : ")");
+      std::fill(dw, dw + want.size(), 7.f);
+      ASSERT_TRUE(linearWeightGradientAmx(dev, dw, dyb.data(), xb.data(), B, I, O, true));
+      expectClose("dw =" + what, dw, want, 1e-5, 1e-6);
+      ASSERT_TRUE(linearWeightGradientAmx(dev, dw, dyb.data(), xb.data(), B, I, O, false));
+      expectClose("dw +=" + what, dw, twice, 1e-5, 1e-6);
+    }
+  }
+  Device dev(bf16Options());
+  Vec dw(10 * I);
+  EXPECT_FALSE(linearWeightGradientAmx(dev, dw.data(), nullptr, nullptr, 4, I, 10, true)) << "O not a multiple of 16";
+}
+
+TEST(Bf16Modes, LinearForwardAndDataGradientOnAmxTiles) {
+  // y = x w^T + b and dx = dy w from bf16 bits on AMX tiles, batches below, at and past a block
+  // of 32 rows (padded), against double-precision sums of the bf16 products.
+  if (!oneDnnRunsAmx()) GTEST_SKIP() << "oneDNN runs no AMX kernels on this CPU";
+  constexpr int I = 96, O = 96;  // O: a span of two K chunks and one of one
+  const Vec w = test::pattern(static_cast<std::size_t>(O) * I, 41), b = test::pattern(O, 42);
+  std::vector<std::uint16_t> wb(w.size());
+  detail::floatsToBf16(w.data(), wb.data(), w.size());
+  auto at = [](const std::vector<std::uint16_t>& v, std::size_t i) { return double(bf16BitsToFloat(v[i])); };
+  for (int B : {5, 32, 45}) {
+    const Vec x = test::pattern(static_cast<std::size_t>(B) * I, 43);
+    const Vec dy = test::pattern(static_cast<std::size_t>(B) * O, 44);
+    std::vector<std::uint16_t> xb(x.size()), dyb(dy.size());
+    detail::floatsToBf16(x.data(), xb.data(), x.size());
+    detail::floatsToBf16(dy.data(), dyb.data(), dy.size());
+    Vec wantY(static_cast<std::size_t>(B) * O), wantDx(static_cast<std::size_t>(B) * I);
+    for (int n = 0; n < B; ++n) {
+      for (int o = 0; o < O; ++o) {
+        double sum = 0;
+        for (int i = 0; i < I; ++i) sum += at(xb, std::size_t(n) * I + i) * at(wb, std::size_t(o) * I + i);
+        wantY[std::size_t(n) * O + o] = static_cast<float>(sum) + b[o];
+      }
+      for (int i = 0; i < I; ++i) {
+        double sum = 0;
+        for (int o = 0; o < O; ++o) sum += at(dyb, std::size_t(n) * O + o) * at(wb, std::size_t(o) * I + i);
+        wantDx[std::size_t(n) * I + i] = static_cast<float>(sum);
+      }
+    }
+    Device dev(bf16Options());
+    Vec y(wantY.size() + 1, 9.f), dx(wantDx.size() + 1, 9.f);  // the float past the end stays
+    ASSERT_TRUE(linearForwardAmx(dev, y.data(), xb.data(), wb.data(), b.data(), B, I, O));
+    ASSERT_TRUE(linearDataGradientAmx(dev, dx.data(), dyb.data(), wb.data(), B, I, O));
+    expectClose("y (batch " + std::to_string(B) + ")", y.data(), wantY, 1e-5, 1e-5);
+    expectClose("dx (batch " + std::to_string(B) + ")", dx.data(), wantDx, 1e-5, 1e-5);
+    EXPECT_EQ(y.back(), 9.f);
+    EXPECT_EQ(dx.back(), 9.f);
+  }
+  Device dev(bf16Options());
+  Vec y(16 * 40);
+  EXPECT_FALSE(linearForwardAmx(dev, y.data(), nullptr, nullptr, nullptr, 16, 40, 32)) << "I not a multiple of 32";
+}
+
+TEST(Bf16Modes, NativeLinearLayersOfTileShapeRunOnAmx) {
+  // A linear layer whose shape fits the tiles (O and I multiples of 64) with its operands: all
+  // three products on the AMX kernels, against the plain calls on oneDNN's matmul (the same
+  // products, summed in another order), with and without a bias, dw written and added to.
+  if (!oneDnnRunsAmx()) GTEST_SKIP() << "oneDNN runs no AMX kernels on this CPU";
+  ModeScope mode(Bf16Mode::kNative);
+  Device dev(bf16Options());
+  const LinearCase c(6, 128, 64, 51);
+  for (bool bias : {true, false}) {
+    RoundedOperands r;
+    const auto tiles = c.passes(dev, &r, bias);
+    const auto plain = c.passes(dev, nullptr, bias);
+    const char* names[] = {"y", "dx", "dw +=", "db +=", "dw =", "db ="};
+    for (int i = 0; i < 6; ++i)
+      expectClose(names[i] + std::string(bias ? "" : " (no bias)"), tiles[i].data(), plain[i], 1e-5, 1e-5);
+  }
+}
+
 // Forward and backward of fixture conv2d_2 at dev's precision, in one layout.
 std::vector<Vec> convPasses(Device& dev, bool nhwc) {
   const json& k = fixture("ops.json")["conv2d_2"];
@@ -201,6 +343,100 @@ TEST(Bf16Modes, NativeAndEmulatedAgree) {
   }
 }
 
+TEST(Bf16Modes, NarrowConvolutionsEmulateInBothModes) {
+  // LeNet-5's convolutions (1 -> 6 and 6 -> 16 channels, channels last) run our own kernels in
+  // bf16 whichever the mode, rounding their operands (bf16Products): native mode gives the
+  // emulated mode's bits, also when given operands rounded already and told so (the flags a
+  // rounding producer and the mirror set).
+  if (!cpuHasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU: the narrow kernels do not run here";
+  struct Case {
+    int c, h, oc, pad;
+  };
+  for (const Case& k : {Case{1, 28, 6, 2}, Case{6, 14, 16, 0}}) {
+    ConvGeom g{4, k.c, k.h, k.h, k.oc, 5, 5, 1, k.pad};
+    g.srcNhwc = g.dstNhwc = true;
+    const Vec x = test::pattern(std::size_t{4} * k.c * k.h * k.h, 5), w = test::pattern(k.oc * k.c * 25, 6),
+              b = test::pattern(k.oc, 7), dy = test::pattern(std::size_t{4} * k.oc * g.oh() * g.ow(), 8);
+    auto passes = [&](Bf16Mode m, bool flagged) {
+      ModeScope mode(m);
+      Device dev(bf16Options());
+      Vec rx = x, rw = w, rdy = dy;
+      ConvGeom f = g;
+      if (flagged) {
+        for (Vec* v : {&rx, &rw, &rdy}) roundToBf16(v->data(), v->data(), v->size());
+        f.xRounded = f.wRounded = f.dyRounded = true;
+      }
+      Vec y(dy.size()), dx(x.size()), dw(w.size(), 0.f), db(b.size(), 0.f);
+      conv2dForward(dev, y.data(), rx.data(), rw.data(), b.data(), f);
+      conv2dBackward(dev, k.c > 1 ? dx.data() : nullptr, dw.data(), db.data(), rdy.data(), rx.data(), rw.data(), f);
+      return std::vector<Vec>{y, dx, dw, db};
+    };
+    const auto emulated = passes(Bf16Mode::kEmulated, false);
+    EXPECT_EQ(passes(Bf16Mode::kNative, false), emulated) << k.c << " -> " << k.oc;
+    EXPECT_EQ(passes(Bf16Mode::kNative, true), emulated) << k.c << " -> " << k.oc << ", flagged";
+    Vec rounded(emulated[0].size());
+    roundToBf16(emulated[0].data(), rounded.data(), rounded.size());
+    EXPECT_NE(emulated[0], rounded) << "the outputs are float32 sums, not bf16 values";
+  }
+}
+
+TEST(Bf16Modes, AFirstLayersWeightGradientIsEmulatedInNativeMode) {
+  // Fewer than 16 input channels (the convnet's first layer, an RGB one): native mode runs the
+  // weight and bias gradients as emulated mode does (the fp32 primitive on rounded x and dy), so
+  // they are emulated mode's bits.
+  if (!cpuHasBf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU: only the emulated mode runs here";
+  struct Case {
+    int c, h, oc, k, pad;
+  };
+  for (const Case& k : {Case{1, 28, 32, 5, 1}, Case{3, 12, 32, 3, 1}}) {
+    ConvGeom g{4, k.c, k.h, k.h, k.oc, k.k, k.k, 1, k.pad};
+    g.srcNhwc = g.dstNhwc = true;
+    g.keepSrc = true;
+    const Vec x = test::pattern(std::size_t{4} * k.c * k.h * k.h, 15), w = test::pattern(k.oc * k.c * k.k * k.k, 16),
+              b = test::pattern(k.oc, 17), dy = test::pattern(std::size_t{4} * k.oc * g.oh() * g.ow(), 18);
+    auto grads = [&](Bf16Mode m) {
+      ModeScope mode(m);
+      Device dev(bf16Options());
+      Vec y(dy.size()), dw(w.size(), 0.f), db(b.size(), 0.f);
+      for (int step = 0; step < 2; ++step) {  // the second step adds to the first's
+        conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), g);
+        conv2dBackward(dev, nullptr, dw.data(), db.data(), dy.data(), x.data(), w.data(), g);
+      }
+      return std::vector<Vec>{dw, db};
+    };
+    EXPECT_EQ(grads(Bf16Mode::kNative), grads(Bf16Mode::kEmulated)) << k.c << " -> " << k.oc;
+  }
+}
+
+TEST(Bf16Modes, NativeWeightGradientOnSmallMapsAgrees) {
+  // Native bf16 on maps of 17 to 64 pixels (the convnet's conv 3: 8x8) runs the weight gradient
+  // as a GEMM over gathered patches and the other passes on oneDNN's kernels: the same numerics
+  // as emulated mode to fp32's reordering tolerance, with the gradients added to over two steps.
+  if (!oneDnnRunsAmx()) GTEST_SKIP() << "oneDNN runs no AMX kernels on this CPU: the path is AMX's";
+  ConvGeom g{4, 32, 10, 10, 48, 3, 3, 1, 0};
+  g.srcNhwc = g.dstNhwc = true;
+  g.keepSrc = true;
+  {
+    ModeScope mode(Bf16Mode::kNative);
+    ASSERT_TRUE(detail::useNhwcGemmWeightGradient(Device(bf16Options()), g));
+  }
+  const Vec x = test::pattern(std::size_t{4} * 32 * 100, 21), w = test::pattern(48 * 32 * 9, 22),
+            b = test::pattern(48, 23), dy = test::pattern(std::size_t{4} * 48 * 64, 24);
+  auto passes = [&](Bf16Mode m) {
+    ModeScope mode(m);
+    Device dev(bf16Options());
+    Vec y(dy.size()), dx(x.size()), dw(w.size(), 0.f), db(b.size(), 0.f);
+    for (int step = 0; step < 2; ++step) {
+      conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), g);
+      conv2dBackward(dev, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), g);
+    }
+    return std::vector<Vec>{y, dx, dw, db};
+  };
+  const auto native = passes(Bf16Mode::kNative), emulated = passes(Bf16Mode::kEmulated);
+  const char* names[] = {"y", "dx", "dw", "db"};
+  for (int i = 0; i < 4; ++i) expectClose(names[i], native[i].data(), emulated[i], 1e-4, 1e-5);
+}
+
 TEST(Bf16Modes, ConvnetTrainsTheSameInBothModes) {
   // Eight SGD steps of the default model: the losses of the two modes stay within fp32's
   // reordering noise of each other, and each mode repeats its own bits.
@@ -277,9 +513,10 @@ class Probe : public nn::Module {
 
 TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
   // Max-pools, ReLUs and batch-norms write their outputs (and the gradients of the layer before)
-  // already rounded when the layer next to them would round them: the same weights, bit for bit,
-  // as networks whose layers cannot see their neighbours (an Opaque copy between them). bnNet's
-  // 5x5 and 4x4 maps run the convolutions as GEMMs over patches (docs/engine.md).
+  // already rounded when the layer next to them would round them (or convert them to bf16, in
+  // native mode): the same weights, bit for bit, as networks whose layers cannot see their
+  // neighbours (an Opaque copy between them). bnNet's 5x5 and 4x4 maps run the convolutions as
+  // GEMMs over patches (docs/engine.md).
   bool sawRounded = false;
   auto convnet = [&](nn::Sequential& n, bool opaque) {
     auto after = [&](const std::string& name, bool probe) -> nn::Sequential& {
@@ -309,19 +546,23 @@ TEST(Bf16Modes, RoundingAtTheProducerGivesTheSameBits) {
     after("after2").add("conv3", nn::Conv2d(16, 16, 3, 1, 1)).add("bn3", nn::BatchNorm2d(16, true));
     n.add("flatten", nn::Flatten()).add("fc1", nn::Linear(0, 10));
   };
-  for (Precision p : {Precision::kBf16, Precision::kFp32}) {
-    ModeScope mode(Bf16Mode::kEmulated);
-    sawRounded = false;
-    EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 28, 28}, false, convnet),
-                               test::trainedWeights(p, {1, 28, 28}, true, convnet)))
-        << precisionName(p);
-    EXPECT_EQ(sawRounded, p == Precision::kBf16) << precisionName(p);
-    EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 12, 12}, false, reluNet),
-                               test::trainedWeights(p, {1, 12, 12}, true, reluNet)))
-        << precisionName(p);
-    EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 12, 12}, false, bnNet),
-                               test::trainedWeights(p, {1, 12, 12}, true, bnNet)))
-        << precisionName(p);
+  for (Bf16Mode m : {Bf16Mode::kEmulated, Bf16Mode::kNative}) {
+    for (Precision p : {Precision::kBf16, Precision::kFp32}) {
+      if (m == Bf16Mode::kNative && (!cpuHasBf16() || p == Precision::kFp32)) continue;
+      ModeScope mode(m);
+      SCOPED_TRACE(bf16ModeName(m));
+      sawRounded = false;
+      EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 28, 28}, false, convnet),
+                                 test::trainedWeights(p, {1, 28, 28}, true, convnet)))
+          << precisionName(p);
+      EXPECT_EQ(sawRounded, p == Precision::kBf16) << precisionName(p);
+      EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 12, 12}, false, reluNet),
+                                 test::trainedWeights(p, {1, 12, 12}, true, reluNet)))
+          << precisionName(p);
+      EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 12, 12}, false, bnNet),
+                                 test::trainedWeights(p, {1, 12, 12}, true, bnNet)))
+          << precisionName(p);
+    }
   }
 }
 

@@ -164,8 +164,9 @@ TEST(Optim, CosineAnnealing) {
   EXPECT_NEAR(seed002.at(3), 0.343, 1e-6);
 }
 
-// Emulated bf16 keeps the weights rounded in a mirror (param_mirror.hpp) that every optimizer
-// writes in its own pass; a store nobody read rounded has no mirror and the same update.
+// bf16 keeps the weights rounded in a mirror (param_mirror.hpp) that every optimizer writes in
+// its own pass: emulated bf16's rounded floats or native bf16's bits. A store nobody read
+// rounded has no mirror and the same update.
 namespace mirror {
 
 using Make = std::function<std::unique_ptr<optim::Optimizer>(ParamStore&, Device&)>;
@@ -174,9 +175,9 @@ void fill(ParamStore& ps, std::size_t n, float scale) {
   for (std::size_t i = 0; i < n; ++i) ps.value(0)[i] = scale * std::sin(0.37f * static_cast<float>(i));
 }
 
-// Two steps on a store with a mirror and on one without: the same values, and the mirror
-// holds their rounding without being rounded again when read.
-void expectMirrorWritten(const Make& make, std::size_t n) {
+// Two steps on a store with a mirror (bits: native's) and on one without: the same values, and
+// the mirror holds their rounding without being rounded again when read.
+void expectMirrorWritten(const Make& make, std::size_t n, bool bits) {
   Device dev;
   ParamStore with{true}, without{true};
   for (ParamStore* ps : {&with, &without}) {
@@ -184,7 +185,9 @@ void expectMirrorWritten(const Make& make, std::size_t n) {
     ps->allocate(dev);
     fill(*ps, n, 1.f);
   }
-  const float* r = detail::ParamStoreAccess::rounded(with, 0);  // makes the mirror
+  using detail::ParamStoreAccess;
+  const float* r = bits ? nullptr : ParamStoreAccess::rounded(with, 0);  // makes the mirror
+  const std::uint16_t* h = bits ? ParamStoreAccess::bits(with, 0) : nullptr;
   auto a = make(with, dev), b = make(without, dev);
   for (int step = 0; step < 2; ++step) {
     for (ParamStore* ps : {&with, &without})
@@ -192,13 +195,18 @@ void expectMirrorWritten(const Make& make, std::size_t n) {
     a->step();
     b->step();
   }
-  ASSERT_EQ(detail::ParamStoreAccess::rounded(with, 0), r);
+  if (bits) ASSERT_EQ(ParamStoreAccess::bits(with, 0), h);
+  else ASSERT_EQ(ParamStoreAccess::rounded(with, 0), r);
   const ParamStore& w = without;
   std::size_t bad = 0;
   for (std::size_t i = 0; i < n; ++i) {
     bad += std::memcmp(&w.value(0)[i], &std::as_const(with).value(0)[i], sizeof(float)) != 0;
-    const float want = roundToBf16(w.value(0)[i]);
-    bad += std::memcmp(&r[i], &want, sizeof(float)) != 0;
+    if (bits) {
+      bad += h[i] != toBf16Bits(w.value(0)[i]);
+    } else {
+      const float want = roundToBf16(w.value(0)[i]);
+      bad += std::memcmp(&r[i], &want, sizeof(float)) != 0;
+    }
   }
   EXPECT_EQ(bad, 0u) << n << " floats";
 }
@@ -214,12 +222,33 @@ TEST(Optim, EveryRuleWritesTheBf16MirrorInItsPass) {
       {"adam", [](ParamStore& p, Device& d) { return optim::Adam(p, d, optim::AdamOptions{}); }},
       {"adamw", [](ParamStore& p, Device& d) { return optim::AdamW(p, d, optim::AdamWOptions{}); }},
       {"adadelta", [](ParamStore& p, Device& d) { return optim::Adadelta(p, d, optim::AdadeltaOptions{}); }}};
-  // In place, and above the size whose mirror is streamed past the cache (with a ragged tail).
-  for (std::size_t n : {std::size_t{1000}, (std::size_t{4} << 20) + 37})
-    for (const auto& [name, make] : rules) {
-      SCOPED_TRACE(name);
-      mirror::expectMirrorWritten(make, n);
-    }
+  // Both kinds of mirror, in place, and above the size whose mirror is streamed past the cache
+  // (with a ragged tail, odd for the bits).
+  for (bool bits : {false, true})
+    for (std::size_t n : {std::size_t{1000}, (std::size_t{4} << 20) + 37})
+      for (const auto& [name, make] : rules) {
+        SCOPED_TRACE(std::string(name) + (bits ? " bits" : " rounded"));
+        mirror::expectMirrorWritten(make, n, bits);
+      }
+}
+
+TEST(ParamStore, AStoreReadBothWaysKeepsBothMirrorsRight) {
+  // An optimizer step writes the bits mirror; the rounded floats are then stale and rounded again.
+  Device dev;
+  ParamStore ps{true};
+  ps.add("a", Shape{3}, Init::kZeros);
+  ps.allocate(dev);
+  ps.value(0)[0] = 1.f;
+  using detail::ParamStoreAccess;
+  EXPECT_EQ(ParamStoreAccess::rounded(ps, 0)[0], 1.f);
+  EXPECT_EQ(ParamStoreAccess::bits(ps, 0)[0], 0x3f80);
+  ps.grad(0)[0] = -1.f;
+  optim::SGD(ps, dev, optim::SgdOptions{1.f})->step();  // 1 - 1 * (-1) = 2
+  EXPECT_EQ(ParamStoreAccess::bits(ps, 0)[0], 0x4000);
+  EXPECT_EQ(ParamStoreAccess::rounded(ps, 0)[0], 2.f);
+  ps.value(0)[0] = 3.f;  // value(i) counts view i as changed in both mirrors
+  EXPECT_EQ(ParamStoreAccess::bits(ps, 0)[0], 0x4040);
+  EXPECT_EQ(ParamStoreAccess::rounded(ps, 0)[0], 3.f);
 }
 
 TEST(ParamStore, AValueWrittenThroughTheStoreIsRoundedAgain) {

@@ -75,7 +75,7 @@ struct Patches {
 };
 Patches patches(Device& dev, const float* x, const ConvGeom& g, int n0, int nb) {
   const std::size_t n = static_cast<std::size_t>(nb) * g.oh() * g.ow() * g.kh * g.kw * g.c;
-  if (nativeBf16(dev) && gemmBackend() == GemmBackend::kOneDnn && cpuHasBf16()) {
+  if (bf16Matmul(dev)) {
     auto* col = reinterpret_cast<std::uint16_t*>(dev.scratch(kColSlot, (n + 1) / 2));
     im2colNhwc(col, x, g, n0, nb);
     return {col, true};
@@ -170,10 +170,32 @@ float* weightsOhwi(Device& dev, const float* w, const ConvGeom& g) {
   return wt;
 }
 
+// db [oc] += the sums over rows of dy [rows, oc]: bf16 bits (native bf16: as oneDNN's bf16
+// backward-weights sums it, dy as the products read it), or float32 (emulated bf16: rounded
+// already).
+void biasGradient(float* db, Patches dy, int rows, int oc) {
+  if (!dy.bf16) {
+    const auto* v = static_cast<const float*>(dy.data);
+    for (int r = 0; r < rows; ++r) accumulate(db, v + static_cast<std::size_t>(r) * oc, oc);
+    return;
+  }
+  const auto* bits = static_cast<const std::uint16_t*>(dy.data);
+  for (int r = 0; r < rows; ++r) {
+    const std::uint16_t* row = bits + static_cast<std::size_t>(r) * oc;
+#pragma omp simd
+    for (int o = 0; o < oc; ++o) db[o] += bf16BitsToFloat(row[o]);
+  }
+}
+
 }  // namespace
 
 bool useNhwcGemm(const ConvGeom& g) {
   return g.srcNhwc && g.dstNhwc && g.oh() * g.ow() <= maxPixelsSlot();
+}
+
+bool useNhwcGemmWeightGradient(const Device& dev, const ConvGeom& g) {
+  return bf16Matmul(dev) && oneDnnRunsAmx() && g.srcNhwc && g.dstNhwc && !useNhwcGemm(g) &&
+         g.oh() * g.ow() <= 4 * maxPixelsSlot();
 }
 
 void conv2dForwardGemmNhwc(Device& dev, float* y, const float* x, const float* w, const float* b,
@@ -200,22 +222,25 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
   if (db && g.overwriteGrads) std::memset(db, 0, static_cast<std::size_t>(g.oc) * sizeof(float));
   for (int n0 = 0; n0 < g.n; n0 += nbMax) {
     const int nb = std::min(nbMax, g.n - n0), rows = nb * ohw;
-    const float* dyc = dy + static_cast<std::size_t>(n0) * ohw * g.oc;
-    if (emulatesBf16(dev) && !g.dyRounded) dyc = roundedScratch(dev, kDySlot, dyc, std::size_t{1} * rows * g.oc);
-    if (db && nativeBf16(dev)) {
-      // As oneDNN's bf16 backward-weights: the bias gradient sums dy as the products read it.
-      for (int r = 0; r < rows; ++r)
-        for (int o = 0; o < g.oc; ++o) db[o] += roundToBf16(dyc[static_cast<std::size_t>(r) * g.oc + o]);
-    } else if (db) {  // the same sums, row by row, of dy (emulated bf16: already rounded)
-      for (int r = 0; r < rows; ++r) accumulate(db, dyc + static_cast<std::size_t>(r) * g.oc, g.oc);
-    }
+    const std::size_t at = static_cast<std::size_t>(n0) * ohw * g.oc;
     Patches col = patches(dev, x, g, n0, nb);
+    Patches dyc{g.dyBf16 ? static_cast<const void*>(reinterpret_cast<const std::uint16_t*>(dy) + at) : dy + at,
+                g.dyBf16};
+    const std::size_t dyCount = std::size_t{1} * rows * g.oc;
+    if (emulatesBf16(dev) && !g.dyRounded)
+      dyc.data = roundedScratch(dev, kDySlot, static_cast<const float*>(dyc.data), dyCount);
+    if (col.bf16 && !dyc.bf16) {  // native: dy's bits once, for both products and the bias
+      auto* bits = reinterpret_cast<std::uint16_t*>(dev.scratch(kDySlot, (dyCount + 1) / 2));
+      floatsToBf16(static_cast<const float*>(dyc.data), bits, dyCount);
+      dyc = Patches{bits, true};
+    }
+    if (db) biasGradient(db, dyc, rows, g.oc);
     // dwt [oc, K] (+)= dyc^T [oc, rows] * col [rows, K]
-    product(dev, true, false, g.oc, K, rows, Patches{dyc, false}, g.oc, col, K, n0 == 0 ? 0.f : 1.f, dwt, K);
+    product(dev, true, false, g.oc, K, rows, dyc, g.oc, col, K, n0 == 0 ? 0.f : 1.f, dwt, K);
     if (!dx) continue;
     // dcol [rows, K] = dyc [rows, oc] * wt [oc, K]
     float* dcol = dev.scratch(kDcolSlot, static_cast<std::size_t>(rows) * K);
-    product(dev, false, false, rows, K, g.oc, Patches{dyc, false}, g.oc, Patches{wt, false}, K, 0.f, dcol, K);
+    product(dev, false, false, rows, K, g.oc, dyc, g.oc, Patches{wt, false}, K, 0.f, dcol, K);
     col2imNhwc(dx, dcol, g, n0, nb);
   }
   // dw [oc, c, kh, kw] (+)= dwt [oc, kh, kw, c]

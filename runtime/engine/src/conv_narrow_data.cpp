@@ -169,7 +169,7 @@ bool useNarrowDataGradient(const ConvGeom& g) {
 
 void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g) {
   const Runs r(g);
-  const bool emulated = emulatesBf16(dev);
+  const bool emulated = bf16Products(dev);
   float* wr = dev.scratch(kWeightSlot, r.wrCount());  // 64-byte aligned, as every scratch slot
   tapRows(wr, w, g, r, emulated && !g.wRounded);
   const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.ow * r.oc;

@@ -133,7 +133,7 @@ bool narrowForwardVectorized(const ConvGeom& g) { return cpuHasAvx512() && (g.kw
 
 void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
   const Taps t(g);
-  const bool emulated = emulatesBf16(dev);
+  const bool emulated = bf16Products(dev);
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
   if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, image * g.n);
   float* wt = dev.scratch(kWeightSlot, t.wtCount());  // 64-byte aligned, as every scratch slot

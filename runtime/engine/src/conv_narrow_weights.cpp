@@ -115,7 +115,7 @@ bool useNarrowWeightGradient(const ConvGeom& g) {
 void conv2dWeightGradientNarrow(Device& dev, float* dw, float* db, const float* dy, const float* x,
                                 const ConvGeom& g) {
   const Runs r(g);
-  const bool emulated = emulatesBf16(dev);
+  const bool emulated = bf16Products(dev);
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
   const std::size_t dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, image * g.n);

@@ -404,8 +404,8 @@ bool useOneChannelConv(const ConvGeom& g) {
 void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
                              const ConvGeom& g) {
   const Rows r(g);
-  const bool roundX = emulatesBf16(dev) && !g.xRounded;  // in padImage's copy
-  if (emulatesBf16(dev) && !g.wRounded)
+  const bool roundX = bf16Products(dev) && !g.xRounded;  // in padImage's copy
+  if (bf16Products(dev) && !g.wRounded)
     w = roundedScratch(dev, kWeightSlot, w, static_cast<std::size_t>(g.oc) * r.taps());
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
   fillPadding(xp, r);
@@ -443,13 +443,13 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
   fillPadding(xp, r);
   const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
-  const bool roundX = emulatesBf16(dev) && !g.xRounded;  // in padImage's copy
+  const bool roundX = bf16Products(dev) && !g.xRounded;  // in padImage's copy
   // A fused pool (g.pool) spreads each image's gradient, rounded as the convolution would round
   // it (g.pool->g.dxRounded): straight into dyT with the bias's lane sums (toBlocks: no planes,
   // no fill), or into one buffer of planes.
-  XS_CHECK(!g.pool || !emulatesBf16(dev) || g.pool->g.dxRounded, ShapeError,
-           "conv2d with a fused pool: in emulated bf16 the pool must round the planes' gradient");
-  if (emulatesBf16(dev) && !g.dyRounded && !g.pool) dy = roundedScratch(dev, kRoundedDySlot, dy, g.n * image);
+  XS_CHECK(!g.pool || !bf16Products(dev) || g.pool->g.dxRounded, ShapeError,
+           "conv2d with a fused pool: in bf16 the pool must round the planes' gradient");
+  if (bf16Products(dev) && !g.dyRounded && !g.pool) dy = roundedScratch(dev, kRoundedDySlot, dy, g.n * image);
   const bool vecSums = vectorKernels() && (r.kw == 3 || r.kw == 5);
   const Shuffles& sh = shufflesFor(g.oc);
   const bool fill = vecSums && r.planes;  // NCHW dy: the sums' first pass copies it into dyT

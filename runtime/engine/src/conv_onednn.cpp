@@ -63,10 +63,12 @@ struct Entry {
   Port bwSrc, bwDiffDst, bwDiffWei; // backward weights
   Tensor dwUser, dbUser;            // fp32 gradients before accumulation
   bool sharedDiffDst = false;       // both backward primitives read diff_dst in one layout
+  bool roundedWeightGrad = false;   // native bf16: the weight gradient emulated (weightGradEmulated)
   std::size_t scratchpadBytes = 0;
   // keepSrc: the converted x of each call site (by x's address), kept from forward to backward.
   std::unordered_map<const float*, Tensor> keptSrc;
-  // Emulated bf16 (gemm.hpp): x of each call site, w and dy rounded to bf16, in our layouts.
+  // Emulated bf16 (gemm.hpp), and native bf16's emulated weight gradient: x of each call site,
+  // w and dy rounded to bf16, in our layouts.
   std::unordered_map<const float*, Tensor> roundedSrc;
   Tensor roundedWei, roundedDiffDst, roundedStage;
 };
@@ -107,10 +109,18 @@ std::map<Key, std::unique_ptr<Entry>>& cache(Device& dev) {
   return static_cast<ConvCache*>(dev.kernelState(kConvSlot))->entries;
 }
 
+// Native bf16, a convolution from fewer than 16 input channels (a first layer): its weight
+// gradient runs emulated, the fp32 primitive on operands rounded to bf16, as the narrow
+// convolutions do. oneDNN's AMX kernel for it reduces over few channels per tile row: convnet
+// conv 1 (1 -> 32, batch 16) 0.43 ms against 0.12, AlexNet's (3 -> 64, 11x11, batch 32) 30.2
+// against 25.3 (docs/engine.md).
+bool weightGradEmulated(const Device& dev, const ConvGeom& g) { return nativeBf16(dev) && g.c < 16; }
+
 std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool winograd) {
   auto& eng = oneDnnContext().eng;
   // Emulated bf16 runs the fp32 primitives on rounded operands (the callers round them).
   const dt act = nativeBf16(dev) ? dt::bf16 : dt::f32;
+  const dt weightGradAct = weightGradEmulated(dev, g) ? dt::f32 : act;
   memory::dims srcD{g.n, g.c, g.h, g.w}, weiD{g.oc, g.c, g.kh, g.kw}, dstD{g.n, g.oc, g.oh(), g.ow()};
   memory::dims strides{g.stride, g.stride}, pad{g.pad, g.pad};
   // fp32 channels-last: the primitives read and write our NHWC tensors as they are, without the
@@ -136,7 +146,12 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   // weight gradient on oneDNN's own layout of dy (nChw16c) takes 1.16 ms where the NHWC kernel
   // takes 2.39 (convnet conv 1, batch 100); the max-pool after it hands dy over in that layout.
   const tag backTag = wino || g.c == 1 ? tag::any : actTag;
-  memory::desc bSrc(srcD, act, backTag), bDiffSrc(srcD, dt::f32, backTag), bDiffDst(dstD, act, backTag);
+  memory::desc bDiffSrc(srcD, dt::f32, backTag), bDiffDst(dstD, act, backTag);
+  // The weight gradient's operands: an emulated one in native mode is built as emulated mode's.
+  const tag weightGradTag = weightGradAct == act ? backTag
+                            : g.c == 1 || !(g.srcNhwc && g.dstNhwc) ? tag::any
+                                                                             : tag::nhwc;
+  memory::desc bSrc(srcD, weightGradAct, weightGradTag), wDiffDst(dstD, weightGradAct, weightGradTag);
   // Scratchpads come from the device arena instead of per-call heap allocations.
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -147,9 +162,9 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   dnnl::convolution_forward::primitive_desc fpd(fd, attr, eng);
   dnnl::convolution_backward_data::primitive_desc dpd(
       dnnl::convolution_backward_data::desc(backData, bDiffSrc, weiAny, bDiffDst, strides, pad, pad), attr, eng, fpd);
-  auto wd = bias ? dnnl::convolution_backward_weights::desc(back, bSrc, diffWeiAny, biasMd, bDiffDst, strides,
+  auto wd = bias ? dnnl::convolution_backward_weights::desc(back, bSrc, diffWeiAny, biasMd, wDiffDst, strides,
                                                             pad, pad)
-                 : dnnl::convolution_backward_weights::desc(back, bSrc, diffWeiAny, bDiffDst, strides, pad, pad);
+                 : dnnl::convolution_backward_weights::desc(back, bSrc, diffWeiAny, wDiffDst, strides, pad, pad);
   dnnl::convolution_backward_weights::primitive_desc wpd(wd, attr, eng, fpd);
   auto e = std::make_unique<Entry>();
   e->fwd = dnnl::convolution_forward(fpd);
@@ -170,6 +185,7 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   e->dwUser = Tensor(dev, Shape{g.oc, g.c, g.kh, g.kw}, "convolution weight gradient");
   e->dbUser = Tensor(dev, Shape{g.oc}, "convolution bias gradient");
   e->sharedDiffDst = dpd.diff_dst_desc() == wpd.diff_dst_desc();
+  e->roundedWeightGrad = weightGradAct != act;
   for (auto& pd : {fpd.scratchpad_desc(), dpd.scratchpad_desc(), wpd.scratchpad_desc()})
     e->scratchpadBytes = std::max(e->scratchpadBytes, pd.get_size());
   return e;
@@ -243,42 +259,53 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   Entry* e = entry(dev, g, db != nullptr);
   if (!e) return false;
   auto& c = oneDnnContext();
+  // Emulated bf16: x as the forward rounded it, dy rounded (bf16 dy is exact in the fp32 kernels);
+  // the same for native bf16's emulated weight gradient, x rounded here. A data-only call (no dw)
+  // prepares nothing for the weight gradient.
+  const bool emulated = emulatesBf16(dev);
   bool keptValid = g.keepSrc;
-  if (emulatesBf16(dev)) {  // x as the forward rounded it; bf16 dy is exact in the fp32 kernels
-    if (!g.xRounded) {
+  if (emulated || (dw && e->roundedWeightGrad)) {
+    if (dw && !g.xRounded) {
       auto r = g.keepSrc ? e->roundedSrc.find(x) : e->roundedSrc.end();
       keptValid = r != e->roundedSrc.end();
       x = keptValid ? r->second.data() : roundedCopy(dev, e->roundedStage, x, srcCount(g));
     }
-    if (dx && !g.wRounded) w = roundedCopy(dev, e->roundedWei, w, weiCount(g));  // only dx reads w
     if (!g.dyBf16 && !g.dyRounded) dy = roundedCopy(dev, e->roundedDiffDst, dy, dstCount(g));
   }
+  if (emulated && dx && !g.wRounded) w = roundedCopy(dev, e->roundedWei, w, weiCount(g));  // only dx reads w
   // Blocked dy and dx (g.dyBlocked / g.dxBlocked) are already in the primitives' layout.
-  memory diffDst = g.dyBlocked ? memory(e->bwDiffDst.inner, c.eng, const_cast<float*>(dy)) : e->bwDiffDst.in(dy);
-  memory src;
-  auto kept = keptValid && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
-  if (kept != e->keptSrc.end()) src = memory(e->bwSrc.inner, c.eng, kept->second.data());
-  else src = e->bwSrc.in(x);
+  auto weightGradDiffDst = [&] {
+    return g.dyBlocked ? memory(e->bwDiffDst.inner, c.eng, const_cast<float*>(dy)) : e->bwDiffDst.in(dy);
+  };
+  memory diffDst;
   // Overwriting, the gradients go straight to the flat buffer; adding, through dwUser / dbUser.
   float* dwOut = g.overwriteGrads ? dw : e->dwUser.data();
   float* dbOut = g.overwriteGrads ? db : e->dbUser.data();
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
-                                       {DNNL_ARG_DIFF_DST, diffDst},
-                                       {DNNL_ARG_DIFF_WEIGHTS, e->bwDiffWei.out(dwOut)},
-                                       {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
-  if (db) args.emplace(DNNL_ARG_DIFF_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, dbOut));
-  e->bwdWeights.execute(c.stream, args);
-  e->bwDiffWei.finish(dwOut);
+  if (dw) {
+    diffDst = weightGradDiffDst();
+    memory src;
+    auto kept = keptValid && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
+    if (kept != e->keptSrc.end()) src = memory(e->bwSrc.inner, c.eng, kept->second.data());
+    else src = e->bwSrc.in(x);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
+                                         {DNNL_ARG_DIFF_DST, diffDst},
+                                         {DNNL_ARG_DIFF_WEIGHTS, e->bwDiffWei.out(dwOut)},
+                                         {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
+    if (db) args.emplace(DNNL_ARG_DIFF_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, dbOut));
+    e->bwdWeights.execute(c.stream, args);
+    e->bwDiffWei.finish(dwOut);
+  }
   if (dx) {
     memory diffSrc = g.dxBlocked ? memory(e->bdDiffSrc.inner, c.eng, dx) : e->bdDiffSrc.out(dx);
-    e->bwdData.execute(c.stream, {{DNNL_ARG_DIFF_DST, e->sharedDiffDst ? diffDst : e->bdDiffDst.in(dy)},
+    const memory dataDiffDst = !e->sharedDiffDst ? e->bdDiffDst.in(dy) : dw ? diffDst : weightGradDiffDst();
+    e->bwdData.execute(c.stream, {{DNNL_ARG_DIFF_DST, dataDiffDst},
                                   {DNNL_ARG_WEIGHTS, e->bdWei.in(w)},
                                   {DNNL_ARG_DIFF_SRC, diffSrc},
                                   {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}});
     if (!g.dxBlocked) e->bdDiffSrc.finish(dx);
   }
   c.stream.wait();
-  if (g.overwriteGrads) return true;
+  if (g.overwriteGrads || !dw) return true;
   const float* gw = e->dwUser.data();
   for (std::size_t i = 0, n = e->dwUser.numel(); i < n; ++i) dw[i] += gw[i];
   if (db)

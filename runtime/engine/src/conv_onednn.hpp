@@ -10,6 +10,9 @@
 
 namespace xs::engine::detail {
 
+// The passes on oneDNN's convolution primitives; false when oneDNN has none for the shape.
+// Backward: dw null runs the data gradient only (db still says whether the layer has a bias,
+// which names its cached primitives).
 bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, const float* b,
                          const ConvGeom& g);
 bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const float* dy,
@@ -25,19 +28,27 @@ bool winogradDataGradient(const ConvGeom& g);
 // writes diff_src as nChw16c.
 bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias, bool dx);
 
+// src -> bf16 bits, nearest even (vcvtneps2bf16 where the CPU has it). (gemm_onednn.cpp)
+void floatsToBf16(const float* src, std::uint16_t* dst, std::size_t n);
 // The bf16 matmul on the matrix unit: each operand float32 (rounded into a dense bf16 copy) or
 // already dense bf16 bits (aBf16 / bBf16; then lda / ldb are its dense row lengths). False when
 // oneDNN has no bf16 matmul here. (gemm_onednn.cpp)
-// src -> bf16 bits, nearest even (vcvtneps2bf16 where the CPU has it).
-void floatsToBf16(const float* src, std::uint16_t* dst, std::size_t n);
 bool gemmBf16(Device& dev, bool transA, bool transB, int M, int N, int K, const void* A, bool aBf16,
               int lda, const void* B, bool bBf16, int ldb, float beta, float* C, int ldc);
 
 // Channels-last convolution as GEMMs (conv_gemm_nhwc.cpp), chosen by useNhwcGemm: both
 // activations NHWC and at most setNhwcGemmMaxPixels output pixels per image.
 bool useNhwcGemm(const ConvGeom& g);
+// Native bf16 on AMX, on the next maps up, to 4x that many pixels (the convnet's conv 3: 8x8):
+// the weight gradient alone as a GEMM (conv2dBackwardGemmNhwc with no dx), where oneDNN's
+// direct AMX kernel is slowest; the other passes stay on the direct kernels. (Without AMX the
+// direct vdpbf16ps kernel runs that pass as fast as the GEMM, which then loses its gather.) A
+// layer of fewer than 16 input channels on such maps takes it too, instead of the emulated
+// weight gradient of larger first layers (conv_onednn.cpp).
+bool useNhwcGemmWeightGradient(const Device& dev, const ConvGeom& g);
 void conv2dForwardGemmNhwc(Device& dev, float* y, const float* x, const float* w, const float* b,
                            const ConvGeom& g);
+// dx null: the weight and bias gradients only. dy may be bf16 bits (g.dyBf16) in native bf16.
 void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const float* dy,
                             const float* x, const float* w, const ConvGeom& g);
 

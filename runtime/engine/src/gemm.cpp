@@ -141,6 +141,11 @@ void roundToBf16(const float* src, float* dst, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] = roundToBf16(src[i]);
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void toBf16Bits(const float* src, std::uint16_t* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = toBf16Bits(src[i]);
+}
+
 const float* roundedCopy(Device& dev, Tensor& t, const float* src, std::size_t n) {
   t.ensure(dev, Shape{static_cast<int>(n)}, "bf16-rounded operand");
   roundToBf16(src, t.data(), n);

@@ -42,6 +42,10 @@ inline std::uint32_t bf16RoundedBits(float x) {
 // array form is vectorised (src == dst allowed).
 inline float roundToBf16(float x) { return std::bit_cast<float>(bf16RoundedBits(x)); }
 inline std::uint16_t toBf16Bits(float x) { return static_cast<std::uint16_t>(bf16RoundedBits(x) >> 16); }
+// The same rule over an array (vectorised): the bits of roundToBf16's values, denormals kept.
+void toBf16Bits(const float* src, std::uint16_t* dst, std::size_t n);
+// The float a bfloat16's bits stand for (exact).
+inline float bf16BitsToFloat(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
 void roundToBf16(const float* src, float* dst, std::size_t n);
 
 // src (n floats) rounded to bf16 into t, which grows to fit: emulated bf16's operands, rounded
@@ -60,6 +64,8 @@ void sgemmOneDnn(bool transA, bool transB, int M, int N, int K, const float* A, 
 
 // True when this CPU has AVX512-BF16 (vdpbf16ps).
 bool cpuHasBf16();
+// True when oneDNN runs its AMX kernels here: the CPU has AMX and ONEDNN_MAX_CPU_ISA allows it.
+bool oneDnnRunsAmx();
 // True when this CPU has AVX-512 (AVX512F): the kernels written with its intrinsics may run.
 bool cpuHasAvx512();
 // The mask of a 16-lane vector's first n lanes (all of them from 16 on), for AVX-512's masked
@@ -83,5 +89,19 @@ void setBf16Mode(Bf16Mode m);
 bool emulatesBf16(const Device& dev);
 // True when dev feeds bf16 operands to oneDNN's bf16 kernels (precision bf16, mode kNative).
 bool nativeBf16(const Device& dev);
+// True when dev's products take bf16 operands (precision bf16, in either mode). Then:
+// - our own kernels of narrow convolutions (fewer than 16 channels: conv_one_channel.cpp,
+//   conv_narrow_*.cpp), which have no bf16 form, round their operands. On layers this narrow
+//   their emulation beats oneDNN's bf16 kernels, which fill a few lanes of a vector or rows of a
+//   matrix tile, so native mode runs them too (docs/engine.md);
+// - a layer whose next layer's products take its output (or whose previous layer's take its
+//   input gradient) writes it rounded to bf16 in a pass it makes anyway (rounding at the
+//   producer): the reader's own rounding or bf16 conversion then has nothing left to change.
+inline bool bf16Products(const Device& dev) { return dev.precision() == Precision::kBf16; }
+// True when dev's bf16 products run on oneDNN's bf16 matmul on bf16 bits (native mode, the oneDNN
+// backend, a CPU with AVX512-BF16): operands are handed over as bits (gemmBf16, the AMX kernels).
+inline bool bf16Matmul(const Device& dev) {
+  return nativeBf16(dev) && gemmBackend() == GemmBackend::kOneDnn && cpuHasBf16();
+}
 
 }  // namespace xs::engine

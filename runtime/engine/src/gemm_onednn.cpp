@@ -75,6 +75,15 @@ dnnl::memory::desc matrixDesc(int rows, int cols, bool trans, dnnl::memory::data
 
 }  // namespace
 
+bool oneDnnRunsAmx() {
+  static const bool amx = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (isa & need) == need;
+  }();
+  return amx;
+}
+
 void sgemmOneDnn(bool transA, bool transB, int M, int N, int K, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
   detail::oneDnnContext();  // one thread

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
@@ -35,7 +36,9 @@ namespace {
 // Weight view w as a convolution's or linear layer's products read it: in emulated bf16
 // (rounded), the store's rounded mirror, which the optimizer keeps current.
 const float* productWeights(Context& ctx, std::size_t w, bool rounded) {
-  return rounded ? ParamStoreAccess::rounded(ctx.params, w) : ctx.params.value(w);
+  // Read through the const store: the mutable value() would count the weights as changed and
+  // make the bf16 mirrors convert them again (ParamStore::value).
+  return rounded ? ParamStoreAccess::rounded(ctx.params, w) : std::as_const(ctx.params).value(w);
 }
 
 void expectChw(const Shape& in, const std::string& who) {
@@ -65,7 +68,11 @@ class Linear : public Module {
     y_.ensure(ctx.dev, Shape{B, out_}, "activations");
     rounded_.xRounded = x.bf16Values();
     rounded_.wRounded = emulatesBf16(ctx.dev);
-    y_.setBf16Grad(rounded_.wRounded);  // its backward rounds dy
+    // The bits mirror only where linearForward reads it (its matmul on bf16 bits).
+    rounded_.wBits = bf16Matmul(ctx.dev) ? ParamStoreAccess::bits(ctx.params, w_) : nullptr;
+    // Emulated, its backward rounds dy. Native, it converts dy itself, and a dy rounded by the
+    // layer after would change its bias gradient, which sums dy as handed over.
+    y_.setBf16Grad(rounded_.wRounded);
     linearForward(ctx.dev, y_.data(), x.data(), weight(ctx), ctx.params.value(b_), B, in_, out_, &rounded_);
     return y_;
   }
@@ -84,7 +91,7 @@ class Linear : public Module {
   const float* weight(Context& ctx) { return productWeights(ctx, w_, rounded_.wRounded); }
   int in_, out_;
   std::size_t w_ = 0, b_ = 0;
-  RoundedOperands rounded_;  // emulated bf16 only
+  RoundedOperands rounded_;  // bf16 only
 };
 
 // An average pool from planes computed inside the one-channel convolution before it, image by
@@ -140,7 +147,7 @@ class Conv2d : public Module {
     // after (y_), and give dx so when the module before asked (x) and reads nothing else.
     blockedGrads_ = conv2dGradsBlocked16(ctx.dev, g_, bias_, needInputGrad_);
     y_.setBlockedGrad(blockedGrads_);
-    y_.setBf16Grad(emulatesBf16(ctx.dev));  // its backward rounds dy (conv2dBackward)
+    y_.setBf16Grad(bf16Products(ctx.dev));  // its backward rounds dy (conv2dBackward)
     blockedDx_ = blockedGrads_ && chained_ && needInputGrad_ && x.blockedGrad();
     return y_;
   }
@@ -198,7 +205,7 @@ class Pool2d : public Module, public PlanesPoolSource {
     if (!fused_) return nullptr;
     g_.n = n;
     planes_ = true;
-    const bool rounded = nextRounds_ && emulatesBf16(ctx.dev);
+    const bool rounded = nextRounds_ && bf16Products(ctx.dev);
     y_.ensure(ctx.dev, Shape{n, g_.c, g_.oh(), g_.ow()}, "activations");
     y_.setLayout(Layout::kNhwc);
     y_.setBf16Values(rounded);
@@ -206,7 +213,7 @@ class Pool2d : public Module, public PlanesPoolSource {
     blockedDx_ = false;
     fusion_ = PlanesPool{nchw(g_), {.relu = reluBefore_, .roundY = rounded}, y_.data(),
                          reluBefore_ ? reluMasks(ctx) : nullptr, nullptr};
-    fusion_.g.dxRounded = emulatesBf16(ctx.dev);  // as the convolution would round its dy
+    fusion_.g.dxRounded = bf16Products(ctx.dev);  // as the convolution's own kernels round dy
     return &fusion_;
   }
   const Tensor& forward(const Tensor& x0, Context& ctx) override {
@@ -235,7 +242,7 @@ class Pool2d : public Module, public PlanesPoolSource {
     }
     Shape out{g_.n, g_.c, g_.oh(), g_.ow()};
     // Rounded in the pool's pass when the next layer would round it (a max-pool: with its ReLU).
-    const bool rounded = (kind_ == kAvg || reluBefore_) && nextRounds_ && emulatesBf16(ctx.dev);
+    const bool rounded = (kind_ == kAvg || reluBefore_) && nextRounds_ && bf16Products(ctx.dev);
     y_.ensure(ctx.dev, out, "activations");
     y_.setLayout(planes_ ? Layout::kNhwc : x.layout());
     if (planes_) {
@@ -350,13 +357,13 @@ class Relu : public Module, public PlanesPoolSource {
     if (passThrough_) return x;  // the pool after it applies the ReLU
     y_.ensure(ctx.dev, x.shape(), "activations");
     y_.setLayout(x.layout());
-    // Emulated bf16: rounded in this pass when the next layer would round y, and dx rounded
-    // when the layer before would round it (Tensor::bf16Values, bf16Grad).
-    const bool emulated = emulatesBf16(ctx.dev);
-    if (emulated && nextRounds_) reluRoundedToBf16(y_.data(), x.data(), x.numel());
+    // bf16: rounded in this pass when the next layer would round y, and dx rounded when the
+    // layer before would round it (Tensor::bf16Values, bf16Grad).
+    const bool round = bf16Products(ctx.dev) && nextRounds_;
+    if (round) reluRoundedToBf16(y_.data(), x.data(), x.numel());
     else reluForward(y_.data(), x.data(), x.numel());
-    y_.setBf16Values(emulated && nextRounds_);
-    roundDx_ = chained_ && x.bf16Grad();  // set only by layers that emulate bf16
+    y_.setBf16Values(round);
+    roundDx_ = chained_ && x.bf16Grad();  // set only in bf16
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
@@ -431,7 +438,7 @@ class BatchNorm2d : public Module {
     args_ = BatchNormArgs{s[0], s[1], s[2] * s[3]};
     args_.nhwc = x.layout() == Layout::kNhwc;
     args_.relu = relu_;
-    args_.roundY = nextRounds_ && args_.nhwc && emulatesBf16(ctx.dev);  // rounding at the producer
+    args_.roundY = nextRounds_ && args_.nhwc && bf16Products(ctx.dev);  // rounding at the producer
     y_.ensure(ctx.dev, s, "activations");
     y_.setLayout(x.layout());
     y_.setBf16Values(args_.roundY);
@@ -483,8 +490,8 @@ class Flatten : public Module {
     nhwc_ = x.layout() == Layout::kNhwc;
     y_.ensure(ctx.dev, Shape{B, static_cast<int>(x.shape().perSample())}, "activations");
     // Features in PyTorch's [c, h, w] order whatever the layout: the linear weights expect it.
-    // Emulated bf16: the copy rounds, for the next layer that would round (the MLP's images).
-    const bool round = !nhwc_ && nextRounds_ && !x.bf16Values() && emulatesBf16(ctx.dev);
+    // bf16: the copy rounds, for the next layer that would round (the MLP's images).
+    const bool round = !nhwc_ && nextRounds_ && !x.bf16Values() && bf16Products(ctx.dev);
     if (nhwc_) nhwcToNchw(y_.data(), x.data(), B, in_[1], in_[2] * in_[3]);
     else if (round) roundToBf16(x.data(), y_.data(), x.numel());
     else std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));

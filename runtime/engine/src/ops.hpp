@@ -17,11 +17,17 @@ namespace xs::engine {
 // Emulated bf16 (gemm.hpp): a layer's operands rounded to bf16 once per step. Forward rounds w
 // and x and keeps them for backward (the weights change only after it); backward rounds dy.
 struct RoundedOperands {
+  // Emulated bf16: rounded copies, made once in forward for backward (x, w) or once for both of
+  // backward's products (dy).
   Tensor w, x, dy;
   // The caller's x / dy are bf16 values already (Tensor::bf16Values): used as they are.
   bool xRounded = false, dyRounded = false;
   // The caller's w is bf16 values already (ParamStore's rounded mirror): used as it is.
   bool wRounded = false;
+  // Native bf16: w as bf16 bits (ParamStore's bits mirror; null: converted here, into wBf16),
+  // and x and dy converted once into bf16 bits in the same way.
+  const std::uint16_t* wBits = nullptr;
+  Tensor wBf16, xBf16, dyBf16;
 };
 // x [B, I], w [O, I], b [O] (may be null) -> y [B, O]; r: the layer's rounded operands.
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
@@ -42,6 +48,16 @@ void linearForwardRows(Device& dev, float* y, const float* x, const float* w, co
 void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float* w, int batch, int in, int out);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& linearRowsPortableSlot();
+// Native bf16 on AMX (linear_amx.cpp), from bf16 bits into float32; each returns false (nothing
+// done) where oneDNN runs no AMX kernels or the shape does not fit its tiles:
+// dw [O, I] (+)= dy^T [O, B] x [B, I], overwritten or added to (O a multiple of 16, I of 64);
+bool linearWeightGradientAmx(Device& dev, float* dw, const std::uint16_t* dy, const std::uint16_t* x, int B, int I,
+                             int O, bool overwrite);
+// y [B, O] = x [B, I] w^T + b (b may be null) and dx [B, I] = dy [B, O] w (O and I multiples of 32).
+bool linearForwardAmx(Device& dev, float* y, const std::uint16_t* x, const std::uint16_t* w, const float* b, int B,
+                      int I, int O);
+bool linearDataGradientAmx(Device& dev, float* dx, const std::uint16_t* dy, const std::uint16_t* w, int B, int I,
+                           int O);
 
 // ---- conv2d (square stride, symmetric padding, no dilation or groups) -----------------------
 struct PlanesPool;

@@ -105,11 +105,32 @@ bool linearRows(const Device& dev, bool emulated, int B, int I, int O) {
   return gemmBackend() == GemmBackend::kOneDnn && (emulated || dev.precision() == Precision::kFp32) &&
          useLinearRows(B, I, O);
 }
+
+// Native bf16 with the layer's operands (r): the matmul on bf16 bits, each operand converted at
+// most once a step (w not at all when it comes from the store's bits mirror).
+bool nativeLinear(Device& dev, const RoundedOperands* r) { return r && bf16Matmul(dev); }
+
+// src (n floats) as bf16 bits in t (grown to fit).
+const std::uint16_t* bf16Copy(Device& dev, Tensor& t, const float* src, std::size_t n) {
+  t.ensure(dev, Shape{static_cast<int>((n + 1) / 2)}, "bf16 operand");
+  auto* out = reinterpret_cast<std::uint16_t*>(t.data());
+  detail::floatsToBf16(src, out, n);
+  return out;
+}
+const std::uint16_t* bitsOf(const Tensor& t) { return reinterpret_cast<const std::uint16_t*>(t.data()); }
 }  // namespace
 
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
                    int I, int O, RoundedOperands* r) {
   // y [B, O] = x [B, I] * w^T [I, O]
+  if (nativeLinear(dev, r)) {
+    const auto* xb = bf16Copy(dev, r->xBf16, x, static_cast<std::size_t>(B) * I);
+    const auto* wb = r->wBits ? r->wBits : bf16Copy(dev, r->wBf16, w, static_cast<std::size_t>(O) * I);
+    if (linearForwardAmx(dev, y, xb, wb, b, B, I, O)) return;
+    if (b)
+      for (int i = 0; i < B; ++i) std::memcpy(y + static_cast<std::size_t>(i) * O, b, O * sizeof(float));
+    if (detail::gemmBf16(dev, false, true, B, O, I, xb, true, I, wb, true, I, b ? 1.f : 0.f, y, O)) return;
+  }
   const bool emulated = r && emulatesBf16(dev);
   if (emulated) {
     if (!r->xRounded) x = roundedCopy(dev, r->x, x, static_cast<std::size_t>(B) * I);
@@ -129,6 +150,18 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
   }
   const float beta = overwrite ? 0.f : 1.f;
+  if (nativeLinear(dev, r) && !r->xBf16.empty()) {  // x and w as forward converted them
+    const auto* dyb = bf16Copy(dev, r->dyBf16, dy, static_cast<std::size_t>(B) * O);
+    const auto* wb = r->wBits ? r->wBits : bitsOf(r->wBf16);
+    // dw [O, I] (+)= dy^T [O, B] * x [B, I]; dx [B, I] = dy [B, O] * w [O, I]
+    if (!linearWeightGradientAmx(dev, dw, dyb, bitsOf(r->xBf16), B, I, O, beta == 0.f) &&
+        !detail::gemmBf16(dev, true, false, O, I, B, dyb, true, O, bitsOf(r->xBf16), true, I, beta, dw, I))
+      gemm(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
+    if (dx && !linearDataGradientAmx(dev, dx, dyb, wb, B, I, O) &&
+        !detail::gemmBf16(dev, false, false, B, I, O, dyb, true, O, wb, true, I, 0.f, dx, I))
+      gemm(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
+    return;
+  }
   const bool emulated = r && emulatesBf16(dev);
   if (emulated) {  // x and w as forward rounded them
     dy = r->dyRounded ? dy : roundedCopy(dev, r->dy, dy, static_cast<std::size_t>(B) * O);
@@ -251,21 +284,21 @@ namespace {
 // Our kernels for narrow convolutions run only where their AVX-512 kernels do: elsewhere their
 // portable loops lose to oneDNN's. The one-channel forward and weight gradient:
 bool oneChannel(Device& dev, const ConvGeom& g) {
-  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() && detail::useOneChannelConv(g);
+  return convBackend() == ConvBackend::kOneDnn && cpuHasAvx512() && detail::useOneChannelConv(g);
 }
 // The narrow forward (no copy of x kept for the backward then):
 bool narrowForward(Device& dev, const ConvGeom& g) {
-  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && !oneChannel(dev, g) &&
+  return convBackend() == ConvBackend::kOneDnn && !oneChannel(dev, g) &&
          !detail::useNhwcGemm(g) && detail::useNarrowForward(g) && detail::narrowForwardVectorized(g);
 }
 // The narrow weight and bias gradients:
 bool narrowWeights(Device& dev, const ConvGeom& g) {
-  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() && !detail::useNhwcGemm(g) &&
+  return convBackend() == ConvBackend::kOneDnn && cpuHasAvx512() && !detail::useNhwcGemm(g) &&
          !oneChannel(dev, g) && detail::useNarrowWeightGradient(g);
 }
 // The narrow input gradient:
 bool narrowData(Device& dev, const ConvGeom& g) {
-  return convBackend() == ConvBackend::kOneDnn && !nativeBf16(dev) && cpuHasAvx512() && !detail::useNhwcGemm(g) &&
+  return convBackend() == ConvBackend::kOneDnn && cpuHasAvx512() && !detail::useNhwcGemm(g) &&
          detail::useNarrowDataGradient(g);
 }
 }  // namespace
@@ -334,7 +367,7 @@ bool& blockedGradientsSlot() {
 void setBlockedGradients(bool on) { blockedGradientsSlot() = on; }
 
 bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
-  return blockedGradientsSlot() && !nativeBf16(dev) && convBackend() == ConvBackend::kOneDnn &&
+  return blockedGradientsSlot() && convBackend() == ConvBackend::kOneDnn &&
          !detail::useNhwcGemm(g) && !g.dyBf16 && detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
 }
 
@@ -375,6 +408,12 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     detail::conv2dWeightGradientNarrow(dev, dw, db, dy, x, g);
     return;
   }
+  // The weight gradient as a GEMM, dx on oneDNN's direct kernel (db names its cached primitives).
+  if (dw && convBackend() == ConvBackend::kOneDnn && detail::useNhwcGemmWeightGradient(dev, g) &&
+      (!dx || detail::conv2dBackwardOneDnn(dev, dx, nullptr, db, dy, x, w, g))) {
+    detail::conv2dBackwardGemmNhwc(dev, nullptr, dw, db, dy, x, w, g);
+    return;
+  }
   if (g.dyBf16) {  // oneDNN's kernels read bf16 dy as it is; the other paths widen it once
     if (convBackend() == ConvBackend::kOneDnn && !detail::useNhwcGemm(g) &&
         detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g))
@@ -382,10 +421,7 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     const std::size_t count = static_cast<std::size_t>(g.n) * g.oc * g.oh() * g.ow();
     Tensor wide(dev, Shape{static_cast<int>(count)}, "convolution staging");
     const auto* bits = reinterpret_cast<const std::uint16_t*>(dy);
-    for (std::size_t i = 0; i < count; ++i) {
-      std::uint32_t u = static_cast<std::uint32_t>(bits[i]) << 16;
-      std::memcpy(wide.data() + i, &u, 4);
-    }
+    for (std::size_t i = 0; i < count; ++i) wide.data()[i] = bf16BitsToFloat(bits[i]);
     ConvGeom f = g;
     f.dyBf16 = false;
     f.dyRounded = true;  // bf16 values, widened exactly

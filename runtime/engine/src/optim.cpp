@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <immintrin.h>
 #include <numbers>
 
@@ -36,54 +38,84 @@ Tensor zeros(Device& dev, std::size_t n, const char* what) {
 // The update loops, one branch-free loop per rule and case so each vectorises, compiled for
 // AVX-512 and AVX2 besides the baseline. This file is built with -ffp-contract=off: every
 // operation rounds once, as written, so each width gives the same bits. Each loop also writes
-// the new values rounded to bf16 into r when the store keeps emulated bf16's mirror
-// (detail::ParamStoreAccess): the layers then read their weights rounded with no pass of their own.
+// the new values rounded to bf16 into the store's mirror when it keeps one
+// (detail::ParamStoreAccess): emulated bf16's rounded floats or native bf16's bits. The layers
+// then read their weights rounded with no pass of their own.
 #define XS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #define XS_INLINE [[gnu::always_inline]] inline
 
-// p[i] = v, and its rounding in the mirror.
-template <bool kMirror>
-XS_INLINE void put(float* p, float* r, std::size_t i, float v) {
+// What a loop writes beside each new value.
+enum class Mirror { kNone, kRounded, kBits };
+struct MirrorOut {
+  Mirror kind;
+  void* data;
+};
+MirrorOut mirrorOf(const ParamStoreAccess::Update& u) {
+  if (u.bits) return {Mirror::kBits, u.bits};
+  return u.rounded ? MirrorOut{Mirror::kRounded, u.rounded} : MirrorOut{Mirror::kNone, nullptr};
+}
+
+// p[i] = v, and its rounding in the mirror r.
+template <Mirror kM>
+XS_INLINE void put(float* p, void* r, std::size_t i, float v) {
   p[i] = v;
-  if constexpr (kMirror) r[i] = engine::roundToBf16(v);
+  if constexpr (kM == Mirror::kRounded) static_cast<float*>(r)[i] = engine::roundToBf16(v);
+  if constexpr (kM == Mirror::kBits) static_cast<std::uint16_t*>(r)[i] = engine::toBf16Bits(v);
 }
 
-// A mirror larger than this is written past the cache: read by the next forward only after
-// the rest of the step has evicted it, its lines would be read from memory first (read for
-// ownership) just to be overwritten. The loops then round a block into a buffer on the stack
-// and stream it out (streamOut).
-constexpr std::size_t kStreamFloats = std::size_t{4} << 20;  // 16 MiB
-constexpr std::size_t kBlockFloats = 2048;                   // 8 KiB: stays in L1
+// A mirror of more values than this is written past the cache: read by the next forward only
+// after the rest of the step has evicted it, its lines would be read from memory first (read for
+// ownership) just to be overwritten. The loops then round a block into a buffer on the stack and
+// stream it out (streamOut).
+constexpr std::size_t kStreamValues = std::size_t{4} << 20;  // 16 MiB of floats, 8 MiB of bits
+constexpr std::size_t kBlockValues = 2048;                   // 8 KiB of floats: stays in L1
 
-__attribute__((target("avx512f"))) void streamOutAvx512(float* dst, const float* src, std::size_t n) {
+__attribute__((target("avx512f"))) void streamOutAvx512(char* dst, const char* src, std::size_t bytes) {
   std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_load_ps(src + i));
-  for (; i < n; ++i) dst[i] = src[i];
+  for (; i + 64 <= bytes; i += 64)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_load_si512(src + i));
+  std::memcpy(dst + i, src + i, bytes - i);
 }
 
-void streamOutSse(float* dst, const float* src, std::size_t n) {
+void streamOutSse(char* dst, const char* src, std::size_t bytes) {
   std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_load_ps(src + i));
-  for (; i < n; ++i) dst[i] = src[i];
+  for (; i + 16 <= bytes; i += 16)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_load_si128(reinterpret_cast<const __m128i*>(src + i)));
+  std::memcpy(dst + i, src + i, bytes - i);
 }
 
 // dst (64-byte aligned) = src (aligned), with non-temporal stores.
-void streamOut(float* dst, const float* src, std::size_t n) {
-  (engine::cpuHasAvx512() ? streamOutAvx512 : streamOutSse)(dst, src, n);
+void streamOut(void* dst, const void* src, std::size_t bytes) {
+  (engine::cpuHasAvx512() ? streamOutAvx512 : streamOutSse)(static_cast<char*>(dst), static_cast<const char*>(src),
+                                                             bytes);
 }
 
-// Runs body(offset, count, mirror) over [0, n): on the whole range, or with a large mirror in
-// blocks whose rounding goes to a stack buffer and is streamed into r.
-template <class Body>
-XS_INLINE void withMirror(float* r, std::size_t n, Body body) {
-  if (n < kStreamFloats) return body(0, n, r);
-  alignas(64) float block[kBlockFloats];
-  for (std::size_t o = 0; o < n; o += kBlockFloats) {
-    const std::size_t len = std::min(kBlockFloats, n - o);
-    body(o, len, block);
-    streamOut(r + o, block, len);
+template <Mirror kM>
+using MirrorKind = std::integral_constant<Mirror, kM>;
+
+// Runs body(MirrorKind<kind>, offset, count, mirror) over [0, n) for the store's mirror r: on the
+// whole range, or with a large mirror in blocks whose rounding goes to a stack buffer and is
+// streamed into r.
+template <Mirror kM, class Body>
+XS_INLINE void inBlocks(void* r, std::size_t n, Body body) {
+  constexpr std::size_t kSize = kM == Mirror::kBits ? 2 : 4;
+  if (n < kStreamValues) return body(MirrorKind<kM>{}, 0, n, r);
+  alignas(64) float block[kBlockValues];
+  for (std::size_t o = 0; o < n; o += kBlockValues) {
+    const std::size_t len = std::min(kBlockValues, n - o);
+    body(MirrorKind<kM>{}, o, len, block);
+    streamOut(static_cast<char*>(r) + o * kSize, block, len * kSize);
   }
   _mm_sfence();  // the streamed stores ordered before the mirror's next reader
+}
+
+template <class Body>
+XS_INLINE void withMirror(MirrorOut r, std::size_t n, Body body) {
+  switch (r.kind) {
+    case Mirror::kNone: return body(MirrorKind<Mirror::kNone>{}, 0, n, nullptr);
+    case Mirror::kRounded: return inBlocks<Mirror::kRounded>(r.data, n, body);
+    case Mirror::kBits: return inBlocks<Mirror::kBits>(r.data, n, body);
+  }
 }
 
 struct SgdArgs {
@@ -92,38 +124,37 @@ struct SgdArgs {
 
 enum class Sgd { kPlain, kMomentum, kNesterov };
 
-template <Sgd kRule, bool kMirror>
-XS_INLINE void sgdBody(float* p, float* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
+template <Sgd kRule, Mirror kM>
+XS_INLINE void sgdBody(float* p, void* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
   const float lr = a.lr, wd = a.wd, keep = a.keep, take = a.take, mu = a.mu;
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
     float d = g[i] + wd * p[i];
     if constexpr (kRule == Sgd::kPlain) {
-      put<kMirror>(p, r, i, p[i] - lr * d);
+      put<kM>(p, r, i, p[i] - lr * d);
     } else {
       float b = keep * buf[i] + take * d;
       buf[i] = b;
-      if constexpr (kRule == Sgd::kNesterov) put<kMirror>(p, r, i, p[i] - lr * (d + mu * b));
-      else put<kMirror>(p, r, i, p[i] - lr * b);
+      if constexpr (kRule == Sgd::kNesterov) put<kM>(p, r, i, p[i] - lr * (d + mu * b));
+      else put<kM>(p, r, i, p[i] - lr * b);
     }
   }
 }
 
 template <Sgd kRule>
-XS_INLINE void sgdRun(float* p, float* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
-  if (!r) return sgdBody<kRule, false>(p, r, buf, g, n, a);
-  withMirror(r, n, [&](std::size_t o, std::size_t len, float* out) {
-    sgdBody<kRule, true>(p + o, out, buf ? buf + o : nullptr, g + o, len, a);
+XS_INLINE void sgdRun(float* p, MirrorOut r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
+  withMirror(r, n, [&](auto kind, std::size_t o, std::size_t len, void* out) {
+    sgdBody<kRule, decltype(kind)::value>(p + o, out, buf ? buf + o : nullptr, g + o, len, a);
   });
 }
 
-XS_CLONES void sgdLoop(float* p, float* r, float*, const float* g, std::size_t n, const SgdArgs& a) {
+XS_CLONES void sgdLoop(float* p, MirrorOut r, float*, const float* g, std::size_t n, const SgdArgs& a) {
   sgdRun<Sgd::kPlain>(p, r, nullptr, g, n, a);
 }
-XS_CLONES void sgdMomentumLoop(float* p, float* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
+XS_CLONES void sgdMomentumLoop(float* p, MirrorOut r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
   sgdRun<Sgd::kMomentum>(p, r, buf, g, n, a);
 }
-XS_CLONES void sgdNesterovLoop(float* p, float* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
+XS_CLONES void sgdNesterovLoop(float* p, MirrorOut r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
   sgdRun<Sgd::kNesterov>(p, r, buf, g, n, a);
 }
 
@@ -132,8 +163,8 @@ struct AdamArgs {
 };
 
 // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled).
-template <bool kDecoupled, bool kMirror>
-XS_INLINE void adamBody(float* p, float* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
+template <bool kDecoupled, Mirror kM>
+XS_INLINE void adamBody(float* p, void* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
   const float b1 = a.b1, b2 = a.b2, eps = a.eps, wd = a.wd, shrink = a.shrink, stepSize = a.stepSize,
               bc2Sqrt = a.bc2Sqrt;
 #pragma omp simd
@@ -144,22 +175,21 @@ XS_INLINE void adamBody(float* p, float* r, float* m, float* v, const float* g, 
     m[i] = m[i] * b1 + (1.f - b1) * d;
     v[i] = v[i] * b2 + (1.f - b2) * d * d;
     float denom = std::sqrt(v[i]) / bc2Sqrt + eps;
-    put<kMirror>(p, r, i, w - stepSize * (m[i] / denom));
+    put<kM>(p, r, i, w - stepSize * (m[i] / denom));
   }
 }
 
 template <bool kDecoupled>
-XS_INLINE void adamRun(float* p, float* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
-  if (!r) return adamBody<kDecoupled, false>(p, r, m, v, g, n, a);
-  withMirror(r, n, [&](std::size_t o, std::size_t len, float* out) {
-    adamBody<kDecoupled, true>(p + o, out, m + o, v + o, g + o, len, a);
+XS_INLINE void adamRun(float* p, MirrorOut r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
+  withMirror(r, n, [&](auto kind, std::size_t o, std::size_t len, void* out) {
+    adamBody<kDecoupled, decltype(kind)::value>(p + o, out, m + o, v + o, g + o, len, a);
   });
 }
 
-XS_CLONES void adamLoop(float* p, float* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
+XS_CLONES void adamLoop(float* p, MirrorOut r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
   adamRun<false>(p, r, m, v, g, n, a);
 }
-XS_CLONES void adamWLoop(float* p, float* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
+XS_CLONES void adamWLoop(float* p, MirrorOut r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
   adamRun<true>(p, r, m, v, g, n, a);
 }
 
@@ -167,8 +197,8 @@ struct AdadeltaArgs {
   float rho, eps, wd, lr;
 };
 
-template <bool kMirror>
-XS_INLINE void adadeltaBody(float* p, float* r, float* sq, float* acc, const float* g, std::size_t n,
+template <Mirror kM>
+XS_INLINE void adadeltaBody(float* p, void* r, float* sq, float* acc, const float* g, std::size_t n,
                             const AdadeltaArgs& a) {
   const float rho = a.rho, eps = a.eps, wd = a.wd, lr = a.lr;
 #pragma omp simd
@@ -177,15 +207,14 @@ XS_INLINE void adadeltaBody(float* p, float* r, float* sq, float* acc, const flo
     sq[i] = sq[i] * rho + (1.f - rho) * d * d;
     float delta = std::sqrt(acc[i] + eps) / std::sqrt(sq[i] + eps) * d;
     acc[i] = acc[i] * rho + (1.f - rho) * delta * delta;
-    put<kMirror>(p, r, i, p[i] - lr * delta);
+    put<kM>(p, r, i, p[i] - lr * delta);
   }
 }
 
-XS_CLONES void adadeltaLoop(float* p, float* r, float* sq, float* acc, const float* g, std::size_t n,
+XS_CLONES void adadeltaLoop(float* p, MirrorOut r, float* sq, float* acc, const float* g, std::size_t n,
                             const AdadeltaArgs& a) {
-  if (!r) return adadeltaBody<false>(p, r, sq, acc, g, n, a);
-  withMirror(r, n, [&](std::size_t o, std::size_t len, float* out) {
-    adadeltaBody<true>(p + o, out, sq + o, acc + o, g + o, len, a);
+  withMirror(r, n, [&](auto kind, std::size_t o, std::size_t len, void* out) {
+    adadeltaBody<decltype(kind)::value>(p + o, out, sq + o, acc + o, g + o, len, a);
   });
 }
 
@@ -204,7 +233,9 @@ class SgdRule : public Optimizer {
   void step() override {
     ParamStore& ps = params_;
     const float* g = ps.grads();
-    const auto [p, r] = ParamStoreAccess::update(ps);
+    const auto u = ParamStoreAccess::update(ps);
+    float* p = u.values;
+    const MirrorOut r = mirrorOf(u);
     const float mu = o_.momentum;
     float* buf = mu == 0.f ? nullptr : state_[0].second.data();
     const SgdArgs a{lr_, o_.weightDecay, steps_ == 0 ? 0.f : mu,  // buf = d at the first step
@@ -242,8 +273,9 @@ class AdamRule : public Optimizer {
     const AdamArgs a{o_.beta1, o_.beta2, o_.eps, decoupled_ ? 0.f : o_.weightDecay, 1.f - lr_ * o_.weightDecay,
                      lr_ / bc1, std::sqrt(bc2)};
     const float* g = ps.grads();
-    const auto [p, r] = ParamStoreAccess::update(ps);
-    (decoupled_ ? adamWLoop : adamLoop)(p, r, state_[0].second.data(), state_[1].second.data(), g, ps.size(), a);
+    const auto u = ParamStoreAccess::update(ps);
+    (decoupled_ ? adamWLoop : adamLoop)(u.values, mirrorOf(u), state_[0].second.data(), state_[1].second.data(), g,
+                                        ps.size(), a);
   }
 
  private:
@@ -266,8 +298,8 @@ class AdadeltaRule : public Optimizer {
     ParamStore& ps = params_;
     ++steps_;
     const float* g = ps.grads();
-    const auto [p, r] = ParamStoreAccess::update(ps);
-    adadeltaLoop(p, r, state_[0].second.data(), state_[1].second.data(), g, ps.size(),
+    const auto u = ParamStoreAccess::update(ps);
+    adadeltaLoop(u.values, mirrorOf(u), state_[0].second.data(), state_[1].second.data(), g, ps.size(),
                  AdadeltaArgs{o_.rho, o_.eps, o_.weightDecay, lr_});
   }
 

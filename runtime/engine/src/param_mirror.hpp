@@ -1,25 +1,32 @@
-// param_mirror.hpp: emulated bf16's rounded mirror of a ParamStore's values, for the engine's
-// layers (which read weights rounded) and optimizers (which write the rounding as they update).
+// param_mirror.hpp: bf16 mirrors of a ParamStore's values (emulated bf16's rounded floats, native
+// bf16's bits), for the engine's layers (which read weights rounded) and optimizers (which write
+// the rounding as they update).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "xspawn/engine/params.hpp"
 
 namespace xs::engine::detail {
 
 struct ParamStoreAccess {
-  // View i's values rounded to bf16 (as floats, roundToBf16). They are rounded into the mirror
-  // at the first call and again only after the values may have changed (ParamStore::value(i),
-  // values()), or written by an optimizer step (update).
+  // View i's values rounded to bf16 (as floats, roundToBf16), for emulated bf16. They are
+  // rounded into the mirror at the first call and again only after the values may have changed
+  // (ParamStore::value(i), values()), or written by an optimizer step (update).
   static const float* rounded(ParamStore& s, std::size_t i);
+  // The same as bf16 bits (toBf16Bits: roundToBf16's bits, as the optimizers write them), for
+  // native bf16's kernels.
+  static const std::uint16_t* bits(ParamStore& s, std::size_t i);
 
-  // An optimizer step over every value: values to update, and the mirror into which the same
-  // pass writes each new value rounded (null while no view has been read rounded). The mirror
-  // counts as current from this call on: the caller writes all of size() floats of it.
+  // An optimizer step over every value: values to update, and the one mirror into which the
+  // same pass writes each new value rounded (both null while no view has been read through a
+  // mirror; a store read both ways gets the bits, and its rounded floats count as stale). The
+  // mirror counts as current from this call on: the caller writes all of size() values of it.
   struct Update {
     float* values;
     float* rounded;
+    std::uint16_t* bits;
   };
   static Update update(ParamStore& s);
 };

@@ -116,10 +116,28 @@ const float* ParamStoreAccess::rounded(ParamStore& s, std::size_t i) {
   return r;
 }
 
+const std::uint16_t* ParamStoreAccess::bits(ParamStore& s, std::size_t i) {
+  if (s.bits_.empty()) {  // size_ is a multiple of 16: size_ / 2 floats hold its bits
+    s.bits_ = Tensor(*s.dev_, Shape{static_cast<int>(s.size_ / 2)}, "bf16 parameters");
+    s.bitsCurrent_.assign(s.views_.size(), 0);
+  }
+  auto* b = reinterpret_cast<std::uint16_t*>(s.bits_.data()) + s.views_[i].offset;
+  if (!s.bitsCurrent_[i]) {
+    toBf16Bits(s.values_.data() + s.views_[i].offset, b, s.views_[i].count);  // the optimizers' rule
+    s.bitsCurrent_[i] = 1;
+  }
+  return b;
+}
+
 ParamStoreAccess::Update ParamStoreAccess::update(ParamStore& s) {
-  // The rounding of every view is written by the caller's pass (an optimizer's loop).
+  // The mirror's every view is written by the caller's pass (an optimizer's loop).
+  if (!s.bits_.empty()) {
+    s.bitsCurrent_.assign(s.bitsCurrent_.size(), 1);
+    s.roundedCurrent_.assign(s.roundedCurrent_.size(), 0);
+    return {s.values_.data(), nullptr, reinterpret_cast<std::uint16_t*>(s.bits_.data())};
+  }
   s.roundedCurrent_.assign(s.roundedCurrent_.size(), 1);
-  return {s.values_.data(), s.rounded_.empty() ? nullptr : s.rounded_.data()};
+  return {s.values_.data(), s.rounded_.empty() ? nullptr : s.rounded_.data(), nullptr};
 }
 
 }  // namespace detail

@@ -38,10 +38,11 @@ class ParamStore {
   void initialize(std::uint64_t seed);
 
   // View i's values. The mutable form counts them as changed (the engine keeps derived copies,
-  // such as emulated bf16's rounded weights, until then): read through a const store to avoid
+  // such as bf16's rounded weights, until then): read through a const store to avoid
   // that, and write through a pointer asked for after the last forward or optimizer step.
   float* value(std::size_t i) {
     if (!roundedCurrent_.empty()) roundedCurrent_[i] = 0;
+    if (!bitsCurrent_.empty()) bitsCurrent_[i] = 0;
     return values_.data() + views_[i].offset;
   }
   const float* value(std::size_t i) const { return values_.data() + views_[i].offset; }
@@ -65,6 +66,7 @@ class ParamStore {
   // Every value, in one flat buffer; the mutable form counts them all as changed (as value(i)).
   float* values() {
     roundedCurrent_.assign(roundedCurrent_.size(), 0);
+    bitsCurrent_.assign(bitsCurrent_.size(), 0);
     return values_.data();
   }
   const float* values() const { return values_.data(); }
@@ -106,11 +108,12 @@ class ParamStore {
   // Per view: cleared by zeroGrad and not written since (its memory still holds old values).
   mutable std::vector<std::uint8_t> unset_;
   mutable bool anyUnset_ = false;
-  // Emulated bf16: the values rounded to bf16, made at the first read of a rounded view, and per
-  // view whether it holds the current values' rounding (detail::ParamStoreAccess).
+  // bf16 mirrors of the values, each made at the first read of a view through it, and per view
+  // whether it holds the current values' rounding (detail::ParamStoreAccess): emulated bf16's
+  // rounded floats, and native bf16's bits (what oneDNN's bf16 kernels read).
   Device* dev_ = nullptr;
-  Tensor rounded_;
-  std::vector<std::uint8_t> roundedCurrent_;
+  Tensor rounded_, bits_;
+  std::vector<std::uint8_t> roundedCurrent_, bitsCurrent_;
 };
 
 }  // namespace xs::engine
