@@ -49,7 +49,7 @@ void Collectives::allReduceMachines(const std::byte* in, std::byte* out, std::si
     for (int k = 0; k < world_; ++k) srcs_[k] = arena_.heap(k) + offset + mine.first * es;
     void* d[1] = {arena_.heap(rank_) + offset + mine.first * es};
     sync();  // every rank's input is complete
-    reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);
+    if (world_ > 1) reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);  // alone: in place
     sync();  // every slice is reduced on this machine
     machine_->serve([&](MachineRequest& req) { fillAllReduce(req, 0, count, offset); }, deadline_);
     if (divisor != 1) scaleCopy(type, d[0], d[0], mine.size, divisor);
@@ -88,7 +88,7 @@ void Collectives::allReduceMachines(const std::byte* in, std::byte* out, std::si
     const Slice mine = slice_of(n, rank_, world_);
     for (int k = 0; k < world_; ++k) srcs_[k] = arena_.stage(k, par) + mine.first * es;
     void* d[1] = {arena_.stage(rank_, par) + mine.first * es};
-    reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);
+    if (world_ > 1) reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);
     sync();  // every slice of the chunk is reduced on this machine
     const std::uint64_t seq = machine_->post([&](MachineRequest& req) { fillAllReduce(req, par, n, ~0ULL); });
     if (previous) {
