@@ -49,7 +49,8 @@ void Collectives::allReduceMachines(const std::byte* in, std::byte* out, std::si
     for (int k = 0; k < world_; ++k) srcs_[k] = arena_.heap(k) + offset + mine.first * es;
     void* d[1] = {arena_.heap(rank_) + offset + mine.first * es};
     sync();  // every rank's input is complete
-    if (world_ > 1) reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);  // alone: in place
+    // A machine of one rank has nothing to reduce: its slice is its whole input (here and below).
+    if (world_ > 1) reduceInto(type, machineOp(op), srcs_.data(), world_, d, 1, mine.size, 1);
     sync();  // every slice is reduced on this machine
     machine_->serve([&](MachineRequest& req) { fillAllReduce(req, 0, count, offset); }, deadline_);
     if (divisor != 1) scaleCopy(type, d[0], d[0], mine.size, divisor);
