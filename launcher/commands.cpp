@@ -165,16 +165,18 @@ int cleanCommand(const Invocation& inv) {
   po::variables_map vm;
   if (!parseCommandArgs("clean", "usage: xspawn clean [--dry-run]\n\n"
                         "Removes this user's xspawn shared memory in /dev/shm whose launcher is no\n"
-                        "longer running (a launcher killed by SIGKILL cannot clean up after itself;\n"
-                        "every xspawn run also does this sweep first).",
+                        "longer running, with the Open MPI files of a launcher under mpirun (a\n"
+                        "launcher killed by SIGKILL cannot clean up after itself; every xspawn run\n"
+                        "also does this sweep first).",
                         desc, inv.args, vm)) {
     return 0;
   }
   bool dry = vm.count("dry-run") > 0;
   auto stale = detail::sweepStaleSegments(dry);
   for (const auto& s : stale) {
-    std::printf("%s /dev/shm/%s (job '%s'): %s\n", dry ? "would remove" : "removed", s.name.c_str(),
-                s.jobId.c_str(), s.why.c_str());
+    const std::string files = s.transportDir.empty() ? "" : " and its MPI files in " + s.transportDir;
+    std::printf("%s /dev/shm/%s (job '%s')%s: %s\n", dry ? "would remove" : "removed", s.name.c_str(),
+                s.jobId.c_str(), files.c_str(), s.why.c_str());
   }
   if (stale.empty()) std::printf("no stale xspawn shared memory\n");
   return 0;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -66,7 +67,13 @@ MachineProxy::MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> t
 
 MachineProxy::~MachineProxy() {
   stop(false);
+  removeTransportFiles();
   if (eventFd_ >= 0) ::close(eventFd_);
+}
+
+void MachineProxy::removeTransportFiles() {
+  std::error_code ec;
+  std::filesystem::remove_all(Segment::transportDirFor(segment_.name()), ec);
 }
 
 void MachineProxy::start() { thread_ = std::thread([this] { threadMain(); }); }
@@ -365,7 +372,9 @@ void MachineProxy::serve(std::uint64_t seq) {
 
 void MachineProxy::threadMain() {
   try {
-    transport_->join();
+    // The transport's files in a directory of this job's, removed with it (without one, where
+    // the transport keeps them by default).
+    transport_->join(Segment::createTransportDir(segment_.name()));
     pump();
     handshake();
     const bool spin = segment_.header().worldSize < segment_.header().usableCpus;

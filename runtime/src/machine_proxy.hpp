@@ -73,6 +73,9 @@ class MachineProxy {
   // Ends the thread; `clean` (every local worker succeeded, no machine failed): leave the
   // transport in order (MPI_Finalize). Otherwise leave it as it is: mpirun ends the rest.
   void stop(bool clean);
+  // Removes the transport's files (Segment::transportDirFor). Idempotent; the destructor does
+  // it too.
+  void removeTransportFiles();
 
   // Machine names in machine order, once joined (else empty).
   std::vector<std::string> hosts() const;

@@ -39,7 +39,10 @@ class MachineTransport {
   virtual ~MachineTransport() = default;
 
   // Joins the other machines (MPI_Init_thread). Blocks until every machine has started.
-  virtual void join() = 0;
+  // fileDir: a directory of this launcher's own for the files the transport's library keeps
+  // on this machine (Open MPI's shared-memory segments), removed with the job's segment or,
+  // if the launcher is killed, by the next sweep (Segment::transportDirFor); empty: its default.
+  virtual void join(const std::string& fileDir) = 0;
   virtual int machine() const = 0;
   virtual int machines() const = 0;
   // This machine's name ("node07"), for reports.

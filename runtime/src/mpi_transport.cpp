@@ -57,13 +57,17 @@ class MpiTransport final : public MachineTransport {
     // then ends the other machines too, which is what a failed job needs.
   }
 
-  void join() override {
+  void join(const std::string& fileDir) override {
     // The proxy all-reduces with MPI_Iallreduce (non-blocking, so it keeps checking the job's
     // abort word and deadline). Open MPI runs it in libnbc, whose own choice measured 0.48-0.65x
     // of the blocking MPI_Allreduce between the same launchers from 64 KiB up; its ring measured
     // 0.62-1.40x (private buffers) and 1.02-1.28x (the shared heap, from 1 MiB; docs/cluster.md).
     // A value the user set in the environment or with --mca wins (overwrite = 0).
     ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+    // Open MPI's shared-memory transport keeps a file per process in /dev/shm, which mpirun
+    // removes at the job's end; when mpirun is killed, nobody does. In the launcher's own
+    // directory the next sweep removes it with the job's segment. The user's choice wins.
+    if (!fileDir.empty()) ::setenv("OMPI_MCA_btl_vader_backing_directory", fileDir.c_str(), 0);
     int provided = 0;
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");

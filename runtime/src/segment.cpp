@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -24,6 +26,7 @@ namespace xs::detail {
 namespace {
 
 constexpr const char* kShmDir = "/dev/shm";
+constexpr std::string_view kTransportSuffix = ".transport";
 
 std::string humanBytes(std::uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -74,6 +77,17 @@ void writeHeader(SegmentHeader& h, const SegmentConfig& c) {
 }  // namespace
 
 std::string Segment::nameFor(const std::string& jobId) { return namePrefix() + jobId; }
+
+std::string Segment::transportDirFor(const std::string& segmentName) {
+  return std::string(kShmDir) + "/" + segmentName + std::string(kTransportSuffix);
+}
+
+std::string Segment::createTransportDir(const std::string& segmentName) {
+  const std::string dir = transportDirFor(segmentName);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return {};
+  std::ofstream(dir + "/launcher") << getpid() << ' ' << processStartTicks(getpid()) << '\n';
+  return dir;
+}
 
 void requireFreeSpace(const std::string& dir, std::uint64_t bytes) {
   struct statvfs st {};
@@ -232,19 +246,54 @@ std::uint64_t nowUnixNs() {
                                         .count());
 }
 
-std::vector<std::string> userSegmentNames() {
+namespace {
+
+// This user's entries in /dev/shm: the job segments, or (transportDirs) the transport
+// directories, by name, sorted.
+std::vector<std::string> userEntries(bool transportDirs) {
   std::vector<std::string> names;
   const std::string prefix = namePrefix();
   DIR* dir = ::opendir(kShmDir);
   if (!dir) return names;
   while (dirent* e = ::readdir(dir)) {
     std::string n = e->d_name;
-    if (n.rfind(prefix, 0) == 0) names.push_back(n);
+    const bool transport = n.size() > kTransportSuffix.size() && n.ends_with(kTransportSuffix);
+    if (n.rfind(prefix, 0) == 0 && transport == transportDirs) names.push_back(n);
   }
   ::closedir(dir);
   std::sort(names.begin(), names.end());
   return names;
 }
+
+bool ownedDirectory(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid();
+}
+
+// The transport directories whose segment is gone and whose launcher is no longer running
+// (it removes the segment's name first, and the directory once MPI is done with it).
+void sweepOrphanTransportDirs(bool dryRun, std::vector<StaleSegment>& removed) {
+  const std::string prefix = namePrefix();
+  for (const std::string& n : userEntries(true)) {
+    const std::string segment = n.substr(0, n.size() - kTransportSuffix.size());
+    const std::string path = std::string(kShmDir) + "/" + n;
+    struct stat st {};
+    if (::lstat((std::string(kShmDir) + "/" + segment).c_str(), &st) == 0 || !ownedDirectory(path)) continue;
+    int pid = 0;
+    std::uint64_t ticks = 0;
+    if (std::ifstream note(path + "/launcher"); note >> pid >> ticks && pid > 0 && processStartTicks(pid) == ticks) {
+      continue;  // its launcher is still leaving MPI
+    }
+    std::error_code ec;
+    if (!dryRun) std::filesystem::remove_all(path, ec);
+    removed.push_back({n, segment.substr(prefix.size()), pid, "its job's shared memory is gone and its launcher "
+                       "is no longer running", ""});
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> userSegmentNames() { return userEntries(false); }
 
 std::vector<StaleSegment> sweepStaleSegments(bool dryRun) {
   std::vector<StaleSegment> removed;
@@ -281,8 +330,14 @@ std::vector<StaleSegment> sweepStaleSegments(bool dryRun) {
     ::close(fd);
     if (!stale) continue;
     if (!dryRun) bip::shared_memory_object::remove(n.c_str());
+    if (const std::string dir = Segment::transportDirFor(n); ownedDirectory(dir)) {
+      std::error_code ec;
+      if (!dryRun) std::filesystem::remove_all(dir, ec);
+      s.transportDir = dir;
+    }
     removed.push_back(s);
   }
+  sweepOrphanTransportDirs(dryRun, removed);
   return removed;
 }
 

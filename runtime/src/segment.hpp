@@ -28,6 +28,12 @@ class Segment {
   // "xspawn-<uid>-<jobId>": per user, so two users never collide and a user only ever
   // sweeps their own leftovers.
   static std::string nameFor(const std::string& jobId);
+  // "/dev/shm/<segment name>.transport": under mpirun, the directory where the launcher's
+  // transport keeps its files (MachineTransport::join), removed with the segment.
+  static std::string transportDirFor(const std::string& segmentName);
+  // Makes that directory (mode 0700) with a note of this launcher (pid and start time) for the
+  // sweep; its path, or empty when it cannot be made.
+  static std::string createTransportDir(const std::string& segmentName);
   // Creates the segment exclusively (mode 0600) after checking that /dev/shm has room,
   // reserves its pages (posix_fallocate: a full /dev/shm is an error now, not a SIGBUS
   // later) and writes the header. Throws ShmSpaceError / SegmentError.
@@ -108,13 +114,15 @@ std::uint64_t nowUnixNs();
 std::vector<std::string> userSegmentNames();
 
 struct StaleSegment {
-  std::string name;
+  std::string name;  // in /dev/shm: a segment, or a transport directory left without one
   std::string jobId;
   int launcherPid = 0;
   std::string why;
+  std::string transportDir;  // the segment's transport directory, removed with it (empty: none)
 };
 // Removes this user's job segments whose launcher is no longer running (or that were left
-// half-created long ago) and returns what it removed. `dryRun` only lists them.
+// half-created long ago), with their transport directories, and the transport directories
+// whose segment is gone; returns what it removed. `dryRun` only lists them.
 std::vector<StaleSegment> sweepStaleSegments(bool dryRun = false);
 
 }  // namespace xs::detail

@@ -154,7 +154,8 @@ void Supervisor::prepareJob() {
   log_->flush_on(spdlog::level::debug);
 
   for (const StaleSegment& s : sweepStaleSegments()) {
-    log_->warn("removed stale shared memory /dev/shm/{} of job '{}': {}", s.name, s.jobId, s.why);
+    log_->warn("removed stale shared memory /dev/shm/{} of job '{}'{}: {}", s.name, s.jobId,
+               s.transportDir.empty() ? "" : fmt::format(" and its MPI files in {}", s.transportDir), s.why);
   }
 
   output_ = std::make_unique<OutputForwarder>(world_, options_.tagOutput, options_.logDir, 20,
@@ -573,6 +574,8 @@ void Supervisor::finishAttempt() {
     }
     if (clean && trace_) traceBeforeLeaving();
     proxy_->stop(clean);
+    // After MPI_Finalize: until then a machine may still open this one's shared-memory files.
+    proxy_->removeTransportFiles();
     onMachineEvents();
   }
   phase_ = Phase::kDone;

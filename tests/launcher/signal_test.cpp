@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "job_fixture.hpp"
@@ -70,9 +72,9 @@ TEST_F(LauncherTest, KilledLauncherTakesItsWorkersAndTheNextRunSweepsItsSegment)
   EXPECT_FALSE(segmentExists(job.jobId));
 }
 
-TEST_F(LauncherTest, CleanRemovesSegmentsOfDeadLaunchers) {
-  // A process that creates a job segment and dies without removing it.
-  const std::string id = uniqueJobId("stale");
+// In a child process that then dies without removing anything: job `id`'s segment and, when
+// `orphan` is not empty, a transport directory with a file in it and one for `orphan` alone.
+void leaveSegment(const std::string& id, const std::string& orphan = "") {
   pid_t pid = fork();
   if (pid == 0) {
     detail::SegmentConfig c;
@@ -81,10 +83,20 @@ TEST_F(LauncherTest, CleanRemovesSegmentsOfDeadLaunchers) {
     c.geometry.payloadChunk = 64;
     auto seg = detail::Segment::create(c);
     seg->setOwner(false);
+    if (!orphan.empty()) {
+      const std::string dir = detail::Segment::createTransportDir(seg->name());
+      if (std::FILE* f = std::fopen((dir + "/vader_segment.test").c_str(), "w")) std::fclose(f);
+      detail::Segment::createTransportDir(detail::Segment::nameFor(orphan));
+    }
     _exit(0);
   }
   int status = 0;
   waitpid(pid, &status, 0);
+}
+
+TEST_F(LauncherTest, CleanRemovesSegmentsOfDeadLaunchers) {
+  const std::string id = uniqueJobId("stale");
+  leaveSegment(id);
   ASSERT_TRUE(segmentExists(id));
   RunResult dry = runProcess({xspawn(), "clean", "--dry-run"});
   EXPECT_NE(dry.out.find("would remove /dev/shm/xspawn-" + std::to_string(getuid()) + "-" + id),
@@ -94,6 +106,27 @@ TEST_F(LauncherTest, CleanRemovesSegmentsOfDeadLaunchers) {
   EXPECT_EQ(clean.exitCode, 0);
   EXPECT_NE(clean.out.find("is no longer running"), std::string::npos) << clean.out;
   EXPECT_FALSE(segmentExists(id));
+}
+
+TEST_F(LauncherTest, CleanRemovesTransportDirectoriesWithTheirSegmentOrWhenTheirLauncherIsGone) {
+  // Under mpirun a launcher keeps Open MPI's files in <segment>.transport. Three cases: a dead
+  // launcher's segment and directory (removed together); a directory whose segment is gone and
+  // whose launcher died (removed); one whose launcher still runs (kept: it is leaving MPI).
+  const std::string dead = uniqueJobId("tdead"), orphan = uniqueJobId("torphan"), live = uniqueJobId("tlive");
+  auto dirOf = [](const std::string& id) { return detail::Segment::transportDirFor(detail::Segment::nameFor(id)); };
+  leaveSegment(dead, orphan);
+  ASSERT_FALSE(detail::Segment::createTransportDir(detail::Segment::nameFor(live)).empty());
+  ASSERT_TRUE(std::filesystem::exists(dirOf(dead) + "/vader_segment.test"));
+  RunResult clean = runProcess({xspawn(), "clean"});
+  EXPECT_EQ(clean.exitCode, 0);
+  EXPECT_NE(clean.out.find("and its MPI files in " + dirOf(dead) + ": its launcher"), std::string::npos) << clean.out;
+  EXPECT_NE(clean.out.find("removed " + dirOf(orphan) + " (job '" + orphan + "'): its job's shared memory is gone"),
+            std::string::npos) << clean.out;
+  EXPECT_FALSE(segmentExists(dead));
+  EXPECT_FALSE(std::filesystem::exists(dirOf(dead)));
+  EXPECT_FALSE(std::filesystem::exists(dirOf(orphan)));
+  EXPECT_TRUE(std::filesystem::exists(dirOf(live))) << clean.out;
+  std::filesystem::remove_all(dirOf(live));
 }
 
 TEST_F(LauncherTest, TwoJobsAtOnceDoNotSeeEachOther) {

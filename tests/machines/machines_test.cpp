@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -55,6 +56,20 @@ class MachinesTest : public ::testing::Test {
       EXPECT_TRUE(processesOfJob(id).empty()) << "a worker of machine " << m << " is still running";
       EXPECT_FALSE(segmentExists(id)) << "machine " << m << " left its segment in /dev/shm";
     }
+  }
+  // Two machines of `nprocs` all-reducing in a loop; mpirun gets `signal` once they do.
+  RunResult runSignalled(const std::string& idPrefix, int nprocs, int signal) {
+    jobId_ = uniqueJobId(idPrefix);
+    auto argv = concat(mpirunArgs(2), {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", std::to_string(nprocs), "run",
+                                       "--", MACHINES_WORKER_BIN, "loop"});
+    RunOptions o;
+    o.timeoutSeconds = 60;
+    o.signalWhen = "all-reducing";
+    o.signal = signal;
+    return runProcess(argv, o);
+  }
+  static std::string transportDirOf(const std::string& jobId) {
+    return fmt::format("/dev/shm/xspawn-{}-{}.transport", getuid(), jobId);
   }
   std::string jobId_;
 };
@@ -122,17 +137,38 @@ TEST_F(MachinesTest, AFailureAfterAMachineFinishedSaysItCouldNotReachIt) {
 }
 
 TEST_F(MachinesTest, CtrlCToMpirunStopsEveryMachineAndLeavesNothing) {
-  jobId_ = uniqueJobId("int");
-  auto argv = concat(mpirunArgs(2), {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", "2", "run", "--",
-                                     MACHINES_WORKER_BIN, "loop"});
-  RunOptions o;
-  o.timeoutSeconds = 60;
-  o.signalWhen = "all-reducing";
-  o.signal = SIGINT;
-  RunResult r = runProcess(argv, o);
+  RunResult r = runSignalled("int", 2, SIGINT);
   EXPECT_NE(r.exitCode, 0);
   // mpirun turns the interrupt into SIGTERM for each launcher, which stops its workers.
   EXPECT_NE(r.err.find("interrupted by SIGTERM"), std::string::npos) << r.err;
+  expectClean(2);
+}
+
+TEST_F(MachinesTest, AKilledMpirunLeavesOnlyWhatTheNextSweepRemoves) {
+  // mpirun killed by SIGKILL removes nothing, and Open MPI ends each launcher at once (no
+  // clean-up of ours runs): the segments stay, and Open MPI's shared-memory files with them, in
+  // each launcher's transport directory. The next sweep (every xspawn run, or xspawn clean)
+  // removes both.
+  RunResult r = runSignalled("kill", 1, SIGKILL);
+  EXPECT_EQ(r.exitCode, 128 + SIGKILL);
+  std::vector<std::string> dirs;
+  for (int m = 0; m < 2; ++m) dirs.push_back(transportDirOf(fmt::format("{}.m{}", jobId_, m)));
+  // The launchers end when Open MPI notices mpirun is gone.
+  RunResult dry;
+  for (int i = 0; i < 150; ++i, usleep(100000)) {
+    dry = runProcess({XSPAWN_BIN, "clean", "--dry-run"});
+    if (dry.out.find(dirs[0] + ":") != std::string::npos && dry.out.find(dirs[1] + ":") != std::string::npos) break;
+  }
+  for (const std::string& d : dirs) {
+    EXPECT_NE(dry.out.find("and its MPI files in " + d + ": its launcher"), std::string::npos) << dry.out;
+    std::size_t files = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(d, ec)) files += e.path().filename() != "launcher";
+    EXPECT_GE(files, 1u) << d << ": Open MPI's shared-memory file is not there";
+  }
+  RunResult clean = runProcess({XSPAWN_BIN, "clean"});
+  EXPECT_EQ(clean.exitCode, 0) << clean.err;
+  for (const std::string& d : dirs) EXPECT_FALSE(std::filesystem::exists(d)) << clean.out;
   expectClean(2);
 }
 
