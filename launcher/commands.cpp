@@ -174,9 +174,15 @@ int cleanCommand(const Invocation& inv) {
   bool dry = vm.count("dry-run") > 0;
   auto stale = detail::sweepStaleSegments(dry);
   for (const auto& s : stale) {
+    const char* verb = dry ? "would remove" : "removed";
+    if (s.name.empty()) {
+      std::printf("%s the MPI files of job '%s' in %s: %s\n", verb, s.jobId.c_str(), s.transportDir.c_str(),
+                  s.why.c_str());
+      continue;
+    }
     const std::string files = s.transportDir.empty() ? "" : " and its MPI files in " + s.transportDir;
-    std::printf("%s /dev/shm/%s (job '%s')%s: %s\n", dry ? "would remove" : "removed", s.name.c_str(),
-                s.jobId.c_str(), files.c_str(), s.why.c_str());
+    std::printf("%s /dev/shm/%s (job '%s')%s: %s\n", verb, s.name.c_str(), s.jobId.c_str(), files.c_str(),
+                s.why.c_str());
   }
   if (stale.empty()) std::printf("no stale xspawn shared memory\n");
   return 0;

@@ -53,10 +53,11 @@ constexpr std::chrono::microseconds kProxySpin{30};
 
 }  // namespace
 
-MachineProxy::MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport, std::uint64_t originNs,
-                           std::int64_t skewNs, int heldPort)
+MachineProxy::MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport, std::string transportDir,
+                           std::uint64_t originNs, std::int64_t skewNs, int heldPort)
     : segment_(segment),
       transport_(std::move(transport)),
+      transportDir_(std::move(transportDir)),
       channel_(*segment.machineChannel()),
       originNs_(originNs),
       skewNs_(skewNs),
@@ -72,8 +73,10 @@ MachineProxy::~MachineProxy() {
 }
 
 void MachineProxy::removeTransportFiles() {
+  if (transportDir_.empty()) return;
   std::error_code ec;
-  std::filesystem::remove_all(Segment::transportDirFor(segment_.name()), ec);
+  std::filesystem::remove_all(transportDir_, ec);
+  transportDir_.clear();
 }
 
 void MachineProxy::start() { thread_ = std::thread([this] { threadMain(); }); }
@@ -103,13 +106,17 @@ std::vector<int> MachineProxy::finishedMachines() const {
   return finishedMachines_;
 }
 
-void MachineProxy::stop(bool clean) {
+void MachineProxy::stop(bool clean, const std::function<void()>& whileWaiting) {
   if (!thread_.joinable()) return;
   clean_.store(clean);
   stop_.store(true);
   futexWakeAll(&channel_.requestSeq);
   if (clean) {
     // MPI_Finalize returns when every machine has finished: the job ends with the slowest.
+    while (!finished_.load()) {
+      if (whileWaiting) whileWaiting();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     thread_.join();
     return;
   }
@@ -372,9 +379,7 @@ void MachineProxy::serve(std::uint64_t seq) {
 
 void MachineProxy::threadMain() {
   try {
-    // The transport's files in a directory of this job's, removed with it (without one, where
-    // the transport keeps them by default).
-    transport_->join(Segment::createTransportDir(segment_.name()));
+    transport_->join();
     pump();
     handshake();
     const bool spin = segment_.header().worldSize < segment_.header().usableCpus;

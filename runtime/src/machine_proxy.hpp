@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,9 +57,10 @@ class MachineProxy {
 
   // originNs: the job's start on this launcher's clock (CLOCK_MONOTONIC); skewNs: added to
   // every clock read of the alignment (XSPAWN_CLOCK_SKEW_US, for tests on one machine);
-  // heldPort: the MASTER_PORT this launcher holds for PyTorch workers (machine 0), or 0.
-  MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport, std::uint64_t originNs,
-               std::int64_t skewNs = 0, int heldPort = 0);
+  // heldPort: the MASTER_PORT this launcher holds for PyTorch workers (machine 0), or 0;
+  // transportDir: the transport's files (Segment::createTransportDir; empty: none of ours).
+  MachineProxy(Segment& segment, std::unique_ptr<MachineTransport> transport, std::string transportDir,
+               std::uint64_t originNs, std::int64_t skewNs = 0, int heldPort = 0);
   ~MachineProxy();
   MachineProxy(const MachineProxy&) = delete;
   MachineProxy& operator=(const MachineProxy&) = delete;
@@ -71,10 +73,11 @@ class MachineProxy {
   // The first local failure, for the other machines (later calls are ignored).
   void reportFailure(int exitCode, const std::string& text);
   // Ends the thread; `clean` (every local worker succeeded, no machine failed): leave the
-  // transport in order (MPI_Finalize). Otherwise leave it as it is: mpirun ends the rest.
-  void stop(bool clean);
-  // Removes the transport's files (Segment::transportDirFor). Idempotent; the destructor does
-  // it too.
+  // transport in order (MPI_Finalize, which returns when every machine has finished), calling
+  // whileWaiting about every 10 ms meanwhile. Otherwise leave it as it is: mpirun ends the rest.
+  void stop(bool clean, const std::function<void()>& whileWaiting = {});
+  // Removes the transport's directory of files, once the transport is done with them (after
+  // stop). Idempotent; the destructor does it too.
   void removeTransportFiles();
 
   // Machine names in machine order, once joined (else empty).
@@ -123,6 +126,7 @@ class MachineProxy {
 
   Segment& segment_;
   std::unique_ptr<MachineTransport> transport_;
+  std::string transportDir_;  // main thread only
   MachineChannel& channel_;
   std::uint64_t originNs_;
   std::int64_t skewNs_;

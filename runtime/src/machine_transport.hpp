@@ -38,11 +38,14 @@ class MachineTransport {
   using Handle = std::uint64_t;
   virtual ~MachineTransport() = default;
 
+  // On the launcher's main thread, before the proxy starts: sets what MPI_Init reads from the
+  // environment. fileDir: a directory of this launcher's own for the files the transport's
+  // library keeps on this machine (Open MPI's shared-memory segments), removed after the
+  // transport ends or, if the launcher is killed, by the next sweep
+  // (Segment::createTransportDir); empty: where the library keeps them by default.
+  virtual void prepare(const std::string& fileDir) = 0;
   // Joins the other machines (MPI_Init_thread). Blocks until every machine has started.
-  // fileDir: a directory of this launcher's own for the files the transport's library keeps
-  // on this machine (Open MPI's shared-memory segments), removed with the job's segment or,
-  // if the launcher is killed, by the next sweep (Segment::transportDirFor); empty: its default.
-  virtual void join(const std::string& fileDir) = 0;
+  virtual void join() = 0;
   virtual int machine() const = 0;
   virtual int machines() const = 0;
   // This machine's name ("node07"), for reports.

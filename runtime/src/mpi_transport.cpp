@@ -57,7 +57,7 @@ class MpiTransport final : public MachineTransport {
     // then ends the other machines too, which is what a failed job needs.
   }
 
-  void join(const std::string& fileDir) override {
+  void prepare(const std::string& fileDir) override {
     // The proxy all-reduces with MPI_Iallreduce (non-blocking, so it keeps checking the job's
     // abort word and deadline). Open MPI runs it in libnbc, whose own choice measured 0.48-0.65x
     // of the blocking MPI_Allreduce between the same launchers from 64 KiB up; its ring measured
@@ -67,7 +67,15 @@ class MpiTransport final : public MachineTransport {
     // Open MPI's shared-memory transport keeps a file per process in /dev/shm, which mpirun
     // removes at the job's end; when mpirun is killed, nobody does. In the launcher's own
     // directory the next sweep removes it with the job's segment. The user's choice wins.
-    if (!fileDir.empty()) ::setenv("OMPI_MCA_btl_vader_backing_directory", fileDir.c_str(), 0);
+    // (Open MPI 4 calls that transport vader, Open MPI 5 sm.) A value in an mca-params.conf
+    // file yields to the environment: set it with --mca or in the environment instead.
+    if (!fileDir.empty()) {
+      ::setenv("OMPI_MCA_btl_vader_backing_directory", fileDir.c_str(), 0);
+      ::setenv("OMPI_MCA_btl_sm_backing_directory", fileDir.c_str(), 0);
+    }
+  }
+
+  void join() override {
     int provided = 0;
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,7 +27,9 @@ namespace xs::detail {
 namespace {
 
 constexpr const char* kShmDir = "/dev/shm";
-constexpr std::string_view kTransportSuffix = ".transport";
+// '@' is outside the job ids' alphabet (validateJobId): no job's segment ends like this.
+constexpr std::string_view kTransportSuffix = "@transport";
+constexpr const char* kTransportNote = "/launcher";
 
 std::string humanBytes(std::uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -83,10 +86,18 @@ std::string Segment::transportDirFor(const std::string& segmentName) {
 }
 
 std::string Segment::createTransportDir(const std::string& segmentName) {
+  // Only a directory this call made: an entry already there may be another job's with the
+  // same id (leaving MPI) or someone else's, and is neither used nor followed.
   const std::string dir = transportDirFor(segmentName);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return {};
-  std::ofstream(dir + "/launcher") << getpid() << ' ' << processStartTicks(getpid()) << '\n';
-  return dir;
+  if (::mkdir(dir.c_str(), 0700) != 0) return {};
+  const std::string note = fmt::format("{} {}\n", getpid(), processStartTicks(getpid()));
+  const int fd = ::open((dir + kTransportNote).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const bool written = fd >= 0 && ::write(fd, note.data(), note.size()) == static_cast<ssize_t>(note.size());
+  if (fd >= 0) ::close(fd);
+  if (written) return dir;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return {};
 }
 
 void requireFreeSpace(const std::string& dir, std::uint64_t bytes) {
@@ -265,9 +276,33 @@ std::vector<std::string> userEntries(bool transportDirs) {
   return names;
 }
 
-bool ownedDirectory(const std::string& path) {
+// A transport directory of this user's whose launcher is no longer running, by the note it
+// wrote (pid and start time, as a segment's header); without a readable note (its launcher
+// died making it), once it is over a minute old. 0 when it is not, else the note's pid or -1.
+int staleTransportDir(const std::string& path) {
   struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid();
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) return 0;
+  char text[64] = {};
+  const int fd = ::open((path + kTransportNote).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const ssize_t got = fd >= 0 ? ::read(fd, text, sizeof text - 1) : -1;
+  if (fd >= 0) ::close(fd);
+  int pid = 0;
+  unsigned long long noted = 0;
+  if (got > 0 && std::sscanf(text, "%d %llu", &pid, &noted) == 2 && pid > 0) {
+    const std::uint64_t now = processStartTicks(pid);
+    return now == 0 || now != noted ? pid : 0;
+  }
+  const std::uint64_t ageNs = nowUnixNs() - static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL;
+  return ageNs > 60ULL * 1000000000ULL ? -1 : 0;
+}
+
+// Removes a stale transport directory (unless dryRun); whether it was stale and is gone.
+bool removeStaleTransportDir(const std::string& path, bool dryRun, int* pid) {
+  *pid = staleTransportDir(path);
+  if (*pid == 0) return false;
+  if (dryRun) return true;
+  std::error_code ec;
+  return std::filesystem::remove_all(path, ec) > 0 && !ec;
 }
 
 // The transport directories whose segment is gone and whose launcher is no longer running
@@ -276,18 +311,15 @@ void sweepOrphanTransportDirs(bool dryRun, std::vector<StaleSegment>& removed) {
   const std::string prefix = namePrefix();
   for (const std::string& n : userEntries(true)) {
     const std::string segment = n.substr(0, n.size() - kTransportSuffix.size());
-    const std::string path = std::string(kShmDir) + "/" + n;
     struct stat st {};
-    if (::lstat((std::string(kShmDir) + "/" + segment).c_str(), &st) == 0 || !ownedDirectory(path)) continue;
-    int pid = 0;
-    std::uint64_t ticks = 0;
-    if (std::ifstream note(path + "/launcher"); note >> pid >> ticks && pid > 0 && processStartTicks(pid) == ticks) {
-      continue;  // its launcher is still leaving MPI
-    }
-    std::error_code ec;
-    if (!dryRun) std::filesystem::remove_all(path, ec);
-    removed.push_back({n, segment.substr(prefix.size()), pid, "its job's shared memory is gone and its launcher "
-                       "is no longer running", ""});
+    if (::lstat((std::string(kShmDir) + "/" + segment).c_str(), &st) == 0) continue;  // the sweep's other half
+    StaleSegment s;
+    s.jobId = segment.substr(prefix.size());
+    s.transportDir = std::string(kShmDir) + "/" + n;
+    if (!removeStaleTransportDir(s.transportDir, dryRun, &s.launcherPid)) continue;
+    s.why = s.launcherPid > 0 ? fmt::format("its launcher (pid {}) is no longer running", s.launcherPid)
+                              : "it was never completed and is over a minute old";
+    removed.push_back(s);
   }
 }
 
@@ -330,9 +362,10 @@ std::vector<StaleSegment> sweepStaleSegments(bool dryRun) {
     ::close(fd);
     if (!stale) continue;
     if (!dryRun) bip::shared_memory_object::remove(n.c_str());
-    if (const std::string dir = Segment::transportDirFor(n); ownedDirectory(dir)) {
-      std::error_code ec;
-      if (!dryRun) std::filesystem::remove_all(dir, ec);
+    // Its transport directory, when the launcher its note names is gone too (a job started
+    // again with the same id may have made a new one).
+    int pid = 0;
+    if (const std::string dir = Segment::transportDirFor(n); removeStaleTransportDir(dir, dryRun, &pid)) {
       s.transportDir = dir;
     }
     removed.push_back(s);

@@ -28,11 +28,11 @@ class Segment {
   // "xspawn-<uid>-<jobId>": per user, so two users never collide and a user only ever
   // sweeps their own leftovers.
   static std::string nameFor(const std::string& jobId);
-  // "/dev/shm/<segment name>.transport": under mpirun, the directory where the launcher's
-  // transport keeps its files (MachineTransport::join), removed with the segment.
+  // "/dev/shm/<segment name>@transport": under mpirun, the directory where the launcher's
+  // transport keeps its files (MachineTransport::prepare), removed after the transport ends.
   static std::string transportDirFor(const std::string& segmentName);
   // Makes that directory (mode 0700) with a note of this launcher (pid and start time) for the
-  // sweep; its path, or empty when it cannot be made.
+  // sweep; its path, or empty when it cannot be made or something is already there.
   static std::string createTransportDir(const std::string& segmentName);
   // Creates the segment exclusively (mode 0600) after checking that /dev/shm has room,
   // reserves its pages (posix_fallocate: a full /dev/shm is an error now, not a SIGBUS
@@ -114,11 +114,11 @@ std::uint64_t nowUnixNs();
 std::vector<std::string> userSegmentNames();
 
 struct StaleSegment {
-  std::string name;  // in /dev/shm: a segment, or a transport directory left without one
+  std::string name;  // the segment in /dev/shm; empty: a transport directory left without one
   std::string jobId;
   int launcherPid = 0;
   std::string why;
-  std::string transportDir;  // the segment's transport directory, removed with it (empty: none)
+  std::string transportDir;  // the transport directory removed (with the segment, or alone)
 };
 // Removes this user's job segments whose launcher is no longer running (or that were left
 // half-created long ago), with their transport directories, and the transport directories

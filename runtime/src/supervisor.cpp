@@ -154,8 +154,12 @@ void Supervisor::prepareJob() {
   log_->flush_on(spdlog::level::debug);
 
   for (const StaleSegment& s : sweepStaleSegments()) {
-    log_->warn("removed stale shared memory /dev/shm/{} of job '{}'{}: {}", s.name, s.jobId,
-               s.transportDir.empty() ? "" : fmt::format(" and its MPI files in {}", s.transportDir), s.why);
+    if (s.name.empty()) {
+      log_->warn("removed the stale MPI files of job '{}' in {}: {}", s.jobId, s.transportDir, s.why);
+    } else {
+      log_->warn("removed stale shared memory /dev/shm/{} of job '{}'{}: {}", s.name, s.jobId,
+                 s.transportDir.empty() ? "" : fmt::format(" and its MPI files in {}", s.transportDir), s.why);
+    }
   }
 
   output_ = std::make_unique<OutputForwarder>(world_, options_.tagOutput, options_.logDir, 20,
@@ -536,7 +540,16 @@ void Supervisor::loop() {
 
 void Supervisor::joinMachines() {
   if (!transport_) return;
-  proxy_ = std::make_unique<MachineProxy>(*segment_, std::move(transport_), startNs(), clockSkewNs_,
+  // Open MPI's shared-memory files in a directory of this job's, which a sweep can remove if
+  // mpirun is killed (docs/cluster.md); set here, on the main thread, before MPI_Init reads it.
+  std::string dir = Segment::createTransportDir(segment_->name());
+  if (dir.empty()) {
+    log_->warn("machine {}: cannot make {} for Open MPI's shared-memory files (it exists already, or /dev/shm "
+               "refused it): Open MPI keeps them in its default place, where a killed mpirun leaves them",
+               place_.machine, Segment::transportDirFor(segment_->name()));
+  }
+  transport_->prepare(dir);
+  proxy_ = std::make_unique<MachineProxy>(*segment_, std::move(transport_), std::move(dir), startNs(), clockSkewNs_,
                                           masterPort_.port());
   proxy_->start();
   log_->debug("machine {} of {}: MPI proxy started", place_.machine, place_.machines);
@@ -573,8 +586,15 @@ void Supervisor::finishAttempt() {
                  place_.machine, world_);
     }
     if (clean && trace_) traceBeforeLeaving();
-    proxy_->stop(clean);
-    // After MPI_Finalize: until then a machine may still open this one's shared-memory files.
+    // The transport's files go after MPI_Finalize: until then another launcher on this host
+    // may still open them. If a later failure elsewhere ends the job meanwhile, mpirun sends
+    // SIGTERM and, a second later, SIGKILL: they go at the SIGTERM.
+    proxy_->stop(clean, [this] {
+      signalfd_siginfo info;
+      while (::read(signalFd_, &info, sizeof info) == sizeof info) {
+        if (info.ssi_signo != SIGCHLD) proxy_->removeTransportFiles();
+      }
+    });
     proxy_->removeTransportFiles();
     onMachineEvents();
   }

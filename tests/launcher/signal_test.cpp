@@ -85,13 +85,15 @@ void leaveSegment(const std::string& id, const std::string& orphan = "") {
     seg->setOwner(false);
     if (!orphan.empty()) {
       const std::string dir = detail::Segment::createTransportDir(seg->name());
+      if (dir.empty()) _exit(1);
       if (std::FILE* f = std::fopen((dir + "/vader_segment.test").c_str(), "w")) std::fclose(f);
-      detail::Segment::createTransportDir(detail::Segment::nameFor(orphan));
+      if (detail::Segment::createTransportDir(detail::Segment::nameFor(orphan)).empty()) _exit(1);
     }
     _exit(0);
   }
   int status = 0;
   waitpid(pid, &status, 0);
+  ASSERT_EQ(status, 0) << "the child could not make its leftovers";
 }
 
 TEST_F(LauncherTest, CleanRemovesSegmentsOfDeadLaunchers) {
@@ -109,24 +111,34 @@ TEST_F(LauncherTest, CleanRemovesSegmentsOfDeadLaunchers) {
 }
 
 TEST_F(LauncherTest, CleanRemovesTransportDirectoriesWithTheirSegmentOrWhenTheirLauncherIsGone) {
-  // Under mpirun a launcher keeps Open MPI's files in <segment>.transport. Three cases: a dead
-  // launcher's segment and directory (removed together); a directory whose segment is gone and
-  // whose launcher died (removed); one whose launcher still runs (kept: it is leaving MPI).
-  const std::string dead = uniqueJobId("tdead"), orphan = uniqueJobId("torphan"), live = uniqueJobId("tlive");
+  // Under mpirun a launcher keeps Open MPI's files in <segment>@transport. A dead launcher's
+  // segment and directory go together; a directory whose segment is gone goes once the
+  // launcher its note names is gone; a live launcher's stays (it is leaving MPI), and so does a
+  // young directory without a note (being made, or not ours to judge).
+  const std::string dead = uniqueJobId("tdead"), orphan = uniqueJobId("torphan"), live = uniqueJobId("tlive"),
+                    planted = uniqueJobId("tplanted");
   auto dirOf = [](const std::string& id) { return detail::Segment::transportDirFor(detail::Segment::nameFor(id)); };
   leaveSegment(dead, orphan);
   ASSERT_FALSE(detail::Segment::createTransportDir(detail::Segment::nameFor(live)).empty());
+  // Something already at the name is never used, nor its note followed.
+  const std::string target = dirOf(planted) + ".target";
+  std::filesystem::create_directory(dirOf(planted));
+  std::filesystem::create_symlink(target, dirOf(planted) + "/launcher");
+  EXPECT_TRUE(detail::Segment::createTransportDir(detail::Segment::nameFor(planted)).empty());
+  EXPECT_FALSE(std::filesystem::exists(target));
   ASSERT_TRUE(std::filesystem::exists(dirOf(dead) + "/vader_segment.test"));
   RunResult clean = runProcess({xspawn(), "clean"});
   EXPECT_EQ(clean.exitCode, 0);
   EXPECT_NE(clean.out.find("and its MPI files in " + dirOf(dead) + ": its launcher"), std::string::npos) << clean.out;
-  EXPECT_NE(clean.out.find("removed " + dirOf(orphan) + " (job '" + orphan + "'): its job's shared memory is gone"),
+  EXPECT_NE(clean.out.find("removed the MPI files of job '" + orphan + "' in " + dirOf(orphan) + ": its launcher"),
             std::string::npos) << clean.out;
   EXPECT_FALSE(segmentExists(dead));
   EXPECT_FALSE(std::filesystem::exists(dirOf(dead)));
   EXPECT_FALSE(std::filesystem::exists(dirOf(orphan)));
   EXPECT_TRUE(std::filesystem::exists(dirOf(live))) << clean.out;
+  EXPECT_TRUE(std::filesystem::exists(dirOf(planted))) << clean.out;
   std::filesystem::remove_all(dirOf(live));
+  std::filesystem::remove_all(dirOf(planted));
 }
 
 TEST_F(LauncherTest, TwoJobsAtOnceDoNotSeeEachOther) {

@@ -55,10 +55,11 @@ class MachinesTest : public ::testing::Test {
       for (int i = 0; i < 100 && !processesOfJob(id).empty(); ++i) usleep(20000);
       EXPECT_TRUE(processesOfJob(id).empty()) << "a worker of machine " << m << " is still running";
       EXPECT_FALSE(segmentExists(id)) << "machine " << m << " left its segment in /dev/shm";
+      EXPECT_FALSE(std::filesystem::exists(transportDirOf(id))) << "machine " << m << " left its MPI files";
     }
   }
   // Two machines of `nprocs` all-reducing in a loop; mpirun gets `signal` once they do.
-  RunResult runSignalled(const std::string& idPrefix, int nprocs, int signal) {
+  RunResult runSignalled(const std::string& idPrefix, int nprocs, int signal, std::vector<std::string> env = {}) {
     jobId_ = uniqueJobId(idPrefix);
     auto argv = concat(mpirunArgs(2), {XSPAWN_BIN, "--job-id", jobId_, "--nprocs", std::to_string(nprocs), "run",
                                        "--", MACHINES_WORKER_BIN, "loop"});
@@ -66,10 +67,11 @@ class MachinesTest : public ::testing::Test {
     o.timeoutSeconds = 60;
     o.signalWhen = "all-reducing";
     o.signal = signal;
+    o.env = std::move(env);
     return runProcess(argv, o);
   }
   static std::string transportDirOf(const std::string& jobId) {
-    return fmt::format("/dev/shm/xspawn-{}-{}.transport", getuid(), jobId);
+    return fmt::format("/dev/shm/xspawn-{}-{}@transport", getuid(), jobId);
   }
   std::string jobId_;
 };
@@ -149,7 +151,11 @@ TEST_F(MachinesTest, AKilledMpirunLeavesOnlyWhatTheNextSweepRemoves) {
   // clean-up of ours runs): the segments stay, and Open MPI's shared-memory files with them, in
   // each launcher's transport directory. The next sweep (every xspawn run, or xspawn clean)
   // removes both.
-  RunResult r = runSignalled("kill", 1, SIGKILL);
+  // mpirun's session directory, which it cannot remove either, in one of the test's own.
+  char tmp[] = "/tmp/xspawn-killed-mpirun-XXXXXX";
+  ASSERT_NE(mkdtemp(tmp), nullptr);
+  RunResult r = runSignalled("kill", 1, SIGKILL, {std::string("OMPI_MCA_orte_tmpdir_base=") + tmp});
+  std::filesystem::remove_all(tmp);
   EXPECT_EQ(r.exitCode, 128 + SIGKILL);
   std::vector<std::string> dirs;
   for (int m = 0; m < 2; ++m) dirs.push_back(transportDirOf(fmt::format("{}.m{}", jobId_, m)));
@@ -169,7 +175,14 @@ TEST_F(MachinesTest, AKilledMpirunLeavesOnlyWhatTheNextSweepRemoves) {
   RunResult clean = runProcess({XSPAWN_BIN, "clean"});
   EXPECT_EQ(clean.exitCode, 0) << clean.err;
   for (const std::string& d : dirs) EXPECT_FALSE(std::filesystem::exists(d)) << clean.out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    EXPECT_NE(e.path().filename().string().rfind("vader_segment", 0), 0u) << e.path() << " was left in /dev/shm";
+  }
   expectClean(2);
+  for (int m = 0; m < 2; ++m) {  // if the launchers outlived mpirun (another Open MPI), their workers go now
+    for (int pid : processesOfJob(fmt::format("{}.m{}", jobId_, m))) ::kill(pid, SIGKILL);
+  }
 }
 
 TEST_F(MachinesTest, MachinesAtDifferentRendezvousFailNamingWhereEachIs) {
