@@ -94,6 +94,14 @@ TEST_F(MachinesTest, EveryCollectiveMatchesTheReferenceOnTwoMachines) {
   expectClean(2);
 }
 
+TEST_F(MachinesTest, EveryCollectiveMatchesTheReferenceWithOneRankPerMachine) {
+  // A machine of one rank reduces nothing on itself: the staged chunks and the shared heap
+  // cross machines as they are.
+  RunResult r = runWorkers(2, 1, {"everything"}, {"--quiet", "--stage-size", "4K", "--shared-heap", "1M"}, 240);
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  expectClean(2);
+}
+
 TEST_F(MachinesTest, EveryCollectiveMatchesTheReferenceOnThreeMachines) {
   // Default staging: 5003 elements go in one chunk, above the single-allgather size.
   RunResult r = runWorkers(3, 2, {"everything"}, {"--quiet", "--shared-heap", "1M"}, 240);

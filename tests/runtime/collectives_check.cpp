@@ -77,7 +77,8 @@ int checkEverything(int rank, const Flags&) {
   };
   const Algo algos[] = {{Algorithm::kOneShot, 1, "one-shot"}, {Algorithm::kTwoShot, 1, "two-shot"},
                         {Algorithm::kRing, 1, "ring"},        {Algorithm::kParameterServer, 1, "ps"},
-                        {Algorithm::kParameterServer, world > 1 ? 2 : 1, "ps2"}, {Algorithm::kAuto, 1, "auto"}};
+                        {Algorithm::kParameterServer, local_world_size() > 1 ? 2 : 1, "ps2"},
+                        {Algorithm::kAuto, 1, "auto"}};  // parameter servers are among a machine's ranks
   for (DType t : kTypes) {
     const std::size_t es = dtypeSize(t);
     for (std::size_t count : kCounts) {
