@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "test_util.hpp"
 #include "xspawn/error.hpp"
@@ -65,6 +67,24 @@ TEST(Gemm, BackendNames) {
   EXPECT_EQ(parseGemmBackend("openblas"), GemmBackend::kOpenBlas);
   EXPECT_STREQ(gemmBackendName(GemmBackend::kOwn), "own");
   EXPECT_THROW(parseGemmBackend("mkl"), UsageError);
+}
+
+// The default bf16 mode follows what oneDNN runs, not what the CPU has: on an Intel CPU, native
+// only where oneDNN runs AMX. CTest runs this once more with ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
+// (engine.bf16_auto_without_amx), which on an AMX CPU must fall back to the emulation.
+TEST(Bf16Auto, NativeOnIntelOnlyWhereOneDnnRunsAmx) {
+  const char* forced = std::getenv("XS_ENGINE_BF16");
+  if (forced && *forced && std::string(forced) != "auto") GTEST_SKIP() << "XS_ENGINE_BF16 chooses the mode";
+  __builtin_cpu_init();
+  if (!cpuHasBf16()) {
+    EXPECT_EQ(bf16Mode(), Bf16Mode::kEmulated);
+    return;
+  }
+  if (!__builtin_cpu_is("intel")) GTEST_SKIP() << "not an Intel CPU";
+  if (const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA"); cap && std::string(cap) == "AVX512_CORE_BF16") {
+    EXPECT_FALSE(oneDnnRunsAmx());
+  }
+  EXPECT_EQ(bf16Mode(), oneDnnRunsAmx() ? Bf16Mode::kNative : Bf16Mode::kEmulated);
 }
 
 }  // namespace

@@ -111,7 +111,10 @@ namespace {
 Bf16Mode autoBf16Mode() {
   __builtin_cpu_init();
   if (!cpuHasBf16()) return Bf16Mode::kEmulated;  // oneDNN would emulate bf16 itself, slower
-  return __builtin_cpu_supports("amx-bf16") || __builtin_cpu_is("amd") ? Bf16Mode::kNative : Bf16Mode::kEmulated;
+  // AMX where oneDNN runs it, not where the CPU has it: a kernel that does not grant the tiles
+  // (before Linux 5.16, some VMs) or ONEDNN_MAX_CPU_ISA below AMX leaves Intel's vdpbf16ps,
+  // at half the FMA units' rate (docs/engine.md).
+  return oneDnnRunsAmx() || __builtin_cpu_is("amd") ? Bf16Mode::kNative : Bf16Mode::kEmulated;
 }
 Bf16Mode& bf16ModeSlot() {
   static Bf16Mode m = [] {
