@@ -262,12 +262,13 @@ void ControlPlane::failTimeout(std::uint64_t seq) {
 void ControlPlane::checkWhileWaiting(Clock::time_point deadline, std::span<const int> need) {
   throwIfAborted();
   checkDivergence(seq_, hash_, false);
-  // A peer we need that has already exited (cleanly: a failed one aborts the job) will never
-  // arrive.
+  // A peer we need that has already exited cleanly will never arrive. A failed one is the
+  // launcher's to report: it marks the rank failed, then aborts the job naming its pid and
+  // end; a peer that looked in between must not abort first with less to say.
   auto check = [&](int r) {
     const RankSlot& slot = segment_.slot(r);
     auto state = static_cast<RankState>(slot.state.load(std::memory_order_acquire));
-    if (state != RankState::kExited && state != RankState::kFailed) return;
+    if (state != RankState::kExited) return;
     OpSnapshot peer = snapshot(slot, false);
     if (peer.seq >= seq_ && peer.hash == hash_) return;  // it got here before it left
     std::string text = fmt::format("rank {} exited before reaching '{}'#{}: {}", base_ + r, tag_, seq_,
