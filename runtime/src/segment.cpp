@@ -276,6 +276,21 @@ std::vector<std::string> userEntries(bool transportDirs) {
   return names;
 }
 
+// Whether a launcher (pid, and its start time from processStartTicks) is no longer running:
+// its /proc entry is gone, or the pid now names another process.
+bool launcherGone(int pid, std::uint64_t startTicks) {
+  const std::uint64_t now = processStartTicks(pid);
+  return now == 0 || now != startTicks;
+}
+std::string launcherGoneText(int pid) { return fmt::format("its launcher (pid {}) is no longer running", pid); }
+
+// Something half-made (its maker died before finishing it) is left to a live maker for a
+// minute.
+bool overAMinuteOld(const struct stat& st) {
+  return nowUnixNs() - static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL > 60ULL * 1000000000ULL;
+}
+constexpr const char* kHalfMadeText = "it was never completed and is over a minute old";
+
 // A transport directory of this user's whose launcher is no longer running, by the note it
 // wrote (pid and start time, as a segment's header); without a readable note (its launcher
 // died making it), once it is over a minute old. 0 when it is not, else the note's pid or -1.
@@ -288,12 +303,8 @@ int staleTransportDir(const std::string& path) {
   if (fd >= 0) ::close(fd);
   int pid = 0;
   unsigned long long noted = 0;
-  if (got > 0 && std::sscanf(text, "%d %llu", &pid, &noted) == 2 && pid > 0) {
-    const std::uint64_t now = processStartTicks(pid);
-    return now == 0 || now != noted ? pid : 0;
-  }
-  const std::uint64_t ageNs = nowUnixNs() - static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL;
-  return ageNs > 60ULL * 1000000000ULL ? -1 : 0;
+  if (got > 0 && std::sscanf(text, "%d %llu", &pid, &noted) == 2 && pid > 0) return launcherGone(pid, noted) ? pid : 0;
+  return overAMinuteOld(st) ? -1 : 0;
 }
 
 // Removes a stale transport directory (unless dryRun); whether it was stale and is gone.
@@ -317,8 +328,7 @@ void sweepOrphanTransportDirs(bool dryRun, std::vector<StaleSegment>& removed) {
     s.jobId = segment.substr(prefix.size());
     s.transportDir = std::string(kShmDir) + "/" + n;
     if (!removeStaleTransportDir(s.transportDir, dryRun, &s.launcherPid)) continue;
-    s.why = s.launcherPid > 0 ? fmt::format("its launcher (pid {}) is no longer running", s.launcherPid)
-                              : "it was never completed and is over a minute old";
+    s.why = s.launcherPid > 0 ? launcherGoneText(s.launcherPid) : kHalfMadeText;
     removed.push_back(s);
   }
 }
@@ -330,7 +340,6 @@ std::vector<std::string> userSegmentNames() { return userEntries(false); }
 std::vector<StaleSegment> sweepStaleSegments(bool dryRun) {
   std::vector<StaleSegment> removed;
   const std::string prefix = namePrefix();
-  const std::uint64_t now = nowUnixNs();
   for (const std::string& n : userSegmentNames()) {
     StaleSegment s;
     s.name = n;
@@ -342,20 +351,18 @@ std::vector<StaleSegment> sweepStaleSegments(bool dryRun) {
     if (::fstat(fd, &st) == 0 && st.st_uid == getuid()) {
       SegmentHeader h{};
       ssize_t got = ::pread(fd, &h, sizeof h, 0);
-      std::uint64_t ageNs = now - static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL;
       if (got != static_cast<ssize_t>(sizeof h) || h.magic != kSegmentMagic) {
         // Half-created: its creator died between shm_open and writing the header. Leave young
         // ones alone (the creator may be at work right now).
-        if (ageNs > 60ULL * 1000000000ULL) {
+        if (overAMinuteOld(st)) {
           stale = true;
-          s.why = "it was never completed and is over a minute old";
+          s.why = kHalfMadeText;
         }
       } else {
         s.launcherPid = h.launcherPid;
-        std::uint64_t ticks = processStartTicks(h.launcherPid);
-        if (ticks == 0 || ticks != h.launcherStartTicks) {
+        if (launcherGone(h.launcherPid, h.launcherStartTicks)) {
           stale = true;
-          s.why = fmt::format("its launcher (pid {}) is no longer running", h.launcherPid);
+          s.why = launcherGoneText(h.launcherPid);
         }
       }
     }

@@ -283,21 +283,21 @@ const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int
 namespace {
 // Our kernels for narrow convolutions run only where their AVX-512 kernels do: elsewhere their
 // portable loops lose to oneDNN's. The one-channel forward and weight gradient:
-bool oneChannel(Device& dev, const ConvGeom& g) {
+bool oneChannel(const ConvGeom& g) {
   return convBackend() == ConvBackend::kOneDnn && cpuHasAvx512() && detail::useOneChannelConv(g);
 }
 // The narrow forward (no copy of x kept for the backward then):
-bool narrowForward(Device& dev, const ConvGeom& g) {
-  return convBackend() == ConvBackend::kOneDnn && !oneChannel(dev, g) &&
+bool narrowForward(const ConvGeom& g) {
+  return convBackend() == ConvBackend::kOneDnn && !oneChannel(g) &&
          !detail::useNhwcGemm(g) && detail::useNarrowForward(g) && detail::narrowForwardVectorized(g);
 }
 // The narrow weight and bias gradients:
-bool narrowWeights(Device& dev, const ConvGeom& g) {
+bool narrowWeights(const ConvGeom& g) {
   return convBackend() == ConvBackend::kOneDnn && cpuHasAvx512() && !detail::useNhwcGemm(g) &&
-         !oneChannel(dev, g) && detail::useNarrowWeightGradient(g);
+         !oneChannel(g) && detail::useNarrowWeightGradient(g);
 }
 // The narrow input gradient:
-bool narrowData(Device& dev, const ConvGeom& g) {
+bool narrowData(const ConvGeom& g) {
   return convBackend() == ConvBackend::kOneDnn && cpuHasAvx512() && !detail::useNhwcGemm(g) &&
          detail::useNarrowDataGradient(g);
 }
@@ -306,9 +306,9 @@ bool narrowData(Device& dev, const ConvGeom& g) {
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g) {
   checkGeom(g);
-  XS_CHECK(!g.pool || oneChannel(dev, g), ShapeError,
+  XS_CHECK(!g.pool || oneChannel(g), ShapeError,
            "conv2d: a fused pool needs the one-channel kernels (ask conv2dWritesPlanes first)");
-  if (oneChannel(dev, g)) {
+  if (oneChannel(g)) {
     detail::conv2dForwardOneChannel(dev, y, x, w, b, g);
     return;
   }
@@ -316,7 +316,7 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
     detail::conv2dForwardGemmNhwc(dev, y, x, w, b, g);
     return;
   }
-  if (narrowForward(dev, g)) {
+  if (narrowForward(g)) {
     detail::conv2dForwardNarrow(dev, y, x, w, b, g);
     return;
   }
@@ -375,15 +375,15 @@ bool conv2dWritesPlanes(Device& dev, const ConvGeom& g) {
   ConvGeom planar = g;
   planar.dstNhwc = false;
   planar.planes = true;
-  return oneChannel(dev, planar);
+  return oneChannel(planar);
 }
 
 void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, const ConvGeom& g) {
   checkGeom(g);
-  XS_CHECK(!g.pool || (!dx && dw && oneChannel(dev, g)), ShapeError,
+  XS_CHECK(!g.pool || (!dx && dw && oneChannel(g)), ShapeError,
            "conv2d: a fused pool needs the one-channel weight gradient (no dx; ask conv2dWritesPlanes first)");
-  if (g.keepSrc && narrowForward(dev, g)) {  // no forward copy of x to reuse (an old one may be stale)
+  if (g.keepSrc && narrowForward(g)) {  // no forward copy of x to reuse (an old one may be stale)
     ConvGeom fresh = g;
     fresh.keepSrc = false;
     return conv2dBackward(dev, dx, dw, db, dy, x, w, fresh);
@@ -395,16 +395,16 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
                          "channels last, Winograd or one input channel): ask conv2dGradsBlocked16 first");
     return;
   }
-  if (dx && narrowData(dev, g)) {
+  if (dx && narrowData(g)) {
     detail::conv2dDataGradientNarrow(dev, dx, dy, w, g);
     if (dw) conv2dBackward(dev, nullptr, dw, db, dy, x, w, g);
     return;
   }
-  if (!dx && dw && oneChannel(dev, g)) {
+  if (!dx && dw && oneChannel(g)) {
     detail::conv2dBackwardOneChannel(dev, dw, db, dy, x, g);
     return;
   }
-  if (!dx && dw && narrowWeights(dev, g)) {
+  if (!dx && dw && narrowWeights(g)) {
     detail::conv2dWeightGradientNarrow(dev, dw, db, dy, x, g);
     return;
   }
