@@ -1,6 +1,12 @@
 // test_device.cpp: the emulated core: naming, arena accounting, out-of-memory errors, transfers.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "xspawn/engine/device.hpp"
@@ -108,6 +114,56 @@ TEST(Device, BindsToOneCpu) {
   CPU_ZERO(&all);
   for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
   sched_setaffinity(0, sizeof all, &all);  // let the rest of the suite use every CPU
+}
+
+// The VmFlags of the mapping holding p in /proc/self/smaps ("hg": advised for huge pages).
+std::string vmFlagsOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream range(line);
+    if (range >> std::hex >> lo >> dash >> hi && dash == '-') inside = lo <= at && at < hi;
+    else if (inside && line.rfind("VmFlags:", 0) == 0) return line + " ";
+  }
+  return "";
+}
+
+bool advisedForHugePages(DeviceOptions o) {
+  o.memoryBytes = 8u << 20;
+  Device dev(o);
+  float* p = dev.allocate(1, "probe");
+  const bool advised = vmFlagsOf(p).find(" hg ") != std::string::npos;
+  EXPECT_EQ(advised, dev.hugePages());
+  dev.release(p);
+  return advised;
+}
+
+TEST(Device, ArenaIsAdvisedForHugePagesUnlessTurnedOff) {
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled"))
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  const char* before = std::getenv("XS_ENGINE_HUGE_PAGES");
+  const std::string saved = before ? before : "";
+  unsetenv("XS_ENGINE_HUGE_PAGES");
+  DeviceOptions off;
+  off.hugePages = false;
+  EXPECT_TRUE(advisedForHugePages({}));
+  EXPECT_FALSE(advisedForHugePages(off));
+  setenv("XS_ENGINE_HUGE_PAGES", "0", 1);
+  EXPECT_FALSE(advisedForHugePages({}));
+  setenv("XS_ENGINE_HUGE_PAGES", "1", 1);
+  EXPECT_TRUE(advisedForHugePages(off));
+  setenv("XS_ENGINE_HUGE_PAGES", "yes", 1);
+  try {
+    Device dev;
+    ADD_FAILURE() << "XS_ENGINE_HUGE_PAGES=yes was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("XS_ENGINE_HUGE_PAGES=yes: use 1"), std::string::npos) << e.what();
+  }
+  if (saved.empty()) unsetenv("XS_ENGINE_HUGE_PAGES");
+  else setenv("XS_ENGINE_HUGE_PAGES", saved.c_str(), 1);
 }
 
 }  // namespace

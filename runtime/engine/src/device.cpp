@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 
@@ -20,6 +21,16 @@ namespace {
 constexpr std::size_t kAlign = 64;
 
 std::string mib(std::size_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+// DeviceOptions::hugePages, unless $XS_ENGINE_HUGE_PAGES says 0 or 1.
+bool hugePagesWanted(bool option) {
+  const char* env = std::getenv("XS_ENGINE_HUGE_PAGES");
+  if (!env || !*env) return option;
+  const std::string v = env;
+  XS_CHECK(v == "0" || v == "1", UsageError,
+           "XS_ENGINE_HUGE_PAGES=" + v + ": use 1 (advise the device arena for 2 MiB pages) or 0 (4 KiB pages)");
+  return v == "1";
+}
 }  // namespace
 
 const char* precisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
@@ -63,6 +74,9 @@ Device::Device(const DeviceOptions& options) : options_(options) {
            fmt::format("{}: cannot reserve {} of address space for the arena: lower "
                        "--device-memory", name_, mib(options_.memoryBytes)));
   base_ = static_cast<char*>(p);
+  // Advice only: a kernel without transparent huge pages says EINVAL, and one set to 'never'
+  // ignores it; the arena then works on 4 KiB pages as before.
+  hugePages_ = hugePagesWanted(options.hugePages) && madvise(p, options_.memoryBytes, MADV_HUGEPAGE) == 0;
   free_[0] = options_.memoryBytes;
   if (options.bindCpu) {
     cpu_set_t allowed;

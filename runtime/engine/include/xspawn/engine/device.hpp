@@ -26,6 +26,10 @@ struct DeviceOptions {
   Precision precision = Precision::kFp32;
   bool bindCpu = false;                     // pin the calling thread to one CPU core
   int cpu = -1;                             // that core; -1 means ordinal modulo the CPUs we may use
+  // Ask the kernel for 2 MiB pages for the arena (madvise MADV_HUGEPAGE, the kernel's transparent
+  // huge pages in their default 'madvise' mode): fewer TLB misses, 1-3% a step as measured
+  // (docs/engine.md). $XS_ENGINE_HUGE_PAGES=0 or 1 overrides it for the process.
+  bool hugePages = true;
 };
 
 // Parses a memory size such as "512M", "4G", "1073741824" into bytes; throws UsageError.
@@ -43,6 +47,9 @@ class Device {
   Precision precision() const { return options_.precision; }
   const DeviceOptions& options() const { return options_; }
   int cpu() const { return cpu_; }  // the bound CPU, -1 when not bound
+  // Whether the arena is advised for huge pages (hugePages, or the environment, and a kernel with
+  // transparent huge pages); the kernel still grants them only where it has free 2 MiB pages.
+  bool hugePages() const { return hugePages_; }
 
   // Arena allocation, 64-byte aligned; what names the buffer in out-of-memory errors.
   float* allocate(std::size_t floats, const char* what);
@@ -76,6 +83,7 @@ class Device {
   DeviceOptions options_;
   std::string name_;
   int cpu_ = -1;
+  bool hugePages_ = false;
   char* base_ = nullptr;
   std::size_t inUse_ = 0, peak_ = 0;
   std::map<std::size_t, std::size_t> free_;            // offset -> size of free blocks
