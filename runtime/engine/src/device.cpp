@@ -68,6 +68,7 @@ Device::Device(const DeviceOptions& options) : options_(options) {
                        options.memoryBytes));
   name_ = fmt::format("xcore:{}", options.ordinal);
   options_.memoryBytes = (options.memoryBytes + kAlign - 1) / kAlign * kAlign;
+  const bool wantHugePages = hugePagesWanted(options.hugePages);  // may throw: before the arena exists
   void* p = mmap(nullptr, options_.memoryBytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   XS_CHECK(p != MAP_FAILED, OutOfMemoryError,
@@ -76,7 +77,7 @@ Device::Device(const DeviceOptions& options) : options_(options) {
   base_ = static_cast<char*>(p);
   // Advice only: a kernel without transparent huge pages says EINVAL, and one set to 'never'
   // ignores it; the arena then works on 4 KiB pages as before.
-  hugePages_ = hugePagesWanted(options.hugePages) && madvise(p, options_.memoryBytes, MADV_HUGEPAGE) == 0;
+  hugePages_ = wantHugePages && madvise(p, options_.memoryBytes, MADV_HUGEPAGE) == 0;
   free_[0] = options_.memoryBytes;
   if (options.bindCpu) {
     cpu_set_t allowed;
