@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "xspawn/error.hpp"
 #include "ops.hpp"
@@ -138,20 +139,27 @@ void maxPool2dBackward(float* dx, const float* dy, const std::int32_t* argmax, c
 }
 
 namespace {
-int startIdx(int i, int in, int out) { return (i * in) / out; }
-int endIdx(int i, int in, int out) { return ((i + 1) * in + out - 1) / out; }
+// The input rows (or columns) [begin, end) of each of `out` adaptive windows over `in`: PyTorch's
+// floor(i * in / out) to ceil((i + 1) * in / out), computed once per call instead of per plane.
+struct Spans {
+  std::vector<int> begin, end;
+  Spans(int in, int out) : begin(out), end(out) {
+    for (int i = 0; i < out; ++i) begin[i] = (i * in) / out, end[i] = ((i + 1) * in + out - 1) / out;
+  }
+};
 }  // namespace
 
 void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow) {
+  // x [n, c, h, w] -> y [n, c, oh, ow]
   XS_CHECK(n > 0 && c > 0 && h > 0 && w > 0 && oh > 0 && ow > 0, ShapeError,
            "adaptive average-pool: every size must be positive");
+  const Spans rows(h, oh), cols(w, ow);
   for (std::size_t pl = 0; pl < static_cast<std::size_t>(n) * c; ++pl) {
     const float* in = x + pl * h * w;
     float* out = y + pl * oh * ow;
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
-        int y0 = startIdx(oy, h, oh), y1 = endIdx(oy, h, oh);
-        int x0 = startIdx(ox, w, ow), x1 = endIdx(ox, w, ow);
+        const int y0 = rows.begin[oy], y1 = rows.end[oy], x0 = cols.begin[ox], x1 = cols.end[ox];
         float s = 0.f;
         for (int iy = y0; iy < y1; ++iy)
           for (int ix = x0; ix < x1; ++ix) s += in[iy * w + ix];
@@ -162,15 +170,16 @@ void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int
 
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,
                                int ow) {
+  // dy [n, c, oh, ow] -> dx [n, c, h, w]: each window's share added to its inputs, in window order
+  const Spans rows(h, oh), cols(w, ow);
   std::memset(dx, 0, static_cast<std::size_t>(n) * c * h * w * sizeof(float));
   for (std::size_t pl = 0; pl < static_cast<std::size_t>(n) * c; ++pl) {
     float* d = dx + pl * h * w;
     const float* up = dy + pl * oh * ow;
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
-        int y0 = startIdx(oy, h, oh), y1 = endIdx(oy, h, oh);
-        int x0 = startIdx(ox, w, ow), x1 = endIdx(ox, w, ow);
-        float v = up[oy * ow + ox] / static_cast<float>((y1 - y0) * (x1 - x0));
+        const int y0 = rows.begin[oy], y1 = rows.end[oy], x0 = cols.begin[ox], x1 = cols.end[ox];
+        const float v = up[oy * ow + ox] / static_cast<float>((y1 - y0) * (x1 - x0));
         for (int iy = y0; iy < y1; ++iy)
           for (int ix = x0; ix < x1; ++ix) d[iy * w + ix] += v;
       }
