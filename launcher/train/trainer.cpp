@@ -63,6 +63,9 @@ Trainer::Trainer(const TrainOptions& options)
   model_ = models::create(*device_, cfg);
   model_->setLabelSmoothing(static_cast<float>(o_.labelSmoothing));
   optimizer_ = makeOptimizer(o_, *model_);
+  // Alone, the step is made inside backward, layer by layer while each gradient is in cache: the
+  // same bits, less memory traffic (docs/engine.md). Several ranks all-reduce first.
+  if (world_ == 1) model_->setOptimizerInBackward(optimizer_.get());
   xs::DataParallelOptions dp;
   dp.bucketBytes = static_cast<std::size_t>(o_.bucketMb * 1e6);
   xs::data_parallel(*model_, dp);

@@ -1,4 +1,4 @@
-// test_linear_rows.cpp: the small-batch linear forward and input gradient (linear_rows.cpp):
+// test_linear_rows.cpp: the small-batch linear forward, input and weight gradients (linear_rows.cpp):
 // AVX-512 kernels and portable loops against scalar references of the same sums, bit for bit,
 // over batches of 1 to 4 vectors, row counts with and without a short last block and inputs of
 // one or two column blocks; the layers' passes through them against OpenBLAS to fp32's
@@ -83,6 +83,36 @@ TEST(LinearRows, InputGradientKernelAndLoopMatchTheirScalarSumsBitForBit) {
       EXPECT_EQ(dx, gradReference(c, dy, w)) << c.batch << "x" << c.in << " -> " << c.out
                                              << (portable ? " portable" : " vector");
     }
+}
+
+// dw[o][k] (+)= sum over b in order of dy[b][o] * x[b][k], from zero, fused multiply-adds.
+Vec weightGradReference(const Case& c, const Vec& dy, const Vec& x, Vec dw, bool overwrite) {
+  for (int o = 0; o < c.out; ++o)
+    for (int k = 0; k < c.in; ++k) {
+      float acc = 0.f;
+      for (int b = 0; b < c.batch; ++b)
+        acc = std::fma(dy[static_cast<std::size_t>(b) * c.out + o], x[static_cast<std::size_t>(b) * c.in + k], acc);
+      float& g = dw[static_cast<std::size_t>(o) * c.in + k];
+      g = overwrite ? acc : g + acc;
+    }
+  return dw;
+}
+
+TEST(LinearRows, WeightGradientKernelAndLoopMatchTheirScalarSumsBitForBit) {
+  for (const Case& c : kCases)
+    for (bool portable : {false, true})
+      for (bool overwrite : {true, false}) {
+        const Vec dy = test::pattern(static_cast<std::size_t>(c.batch) * c.out, 14),
+                  x = test::pattern(static_cast<std::size_t>(c.batch) * c.in, 15),
+                  before = test::pattern(static_cast<std::size_t>(c.out) * c.in, 16);
+        Vec dw = before;
+        linearRowsPortableSlot() = portable;
+        linearWeightGradientRows(dw.data(), dy.data(), x.data(), c.batch, c.in, c.out, overwrite);
+        linearRowsPortableSlot() = false;
+        EXPECT_EQ(dw, weightGradReference(c, dy, x, before, overwrite))
+            << c.batch << "x" << c.in << " -> " << c.out << (portable ? " portable" : " vector")
+            << (overwrite ? " =" : " +=");
+      }
 }
 
 TEST(LinearRows, LayersTakeItForManyWeightsAtASmallBatch) {

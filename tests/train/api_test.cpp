@@ -1,7 +1,8 @@
 // api_test.cpp: the public training API (xspawn/train.hpp) in real jobs started with xs::spawn:
 // a resumed run's bits, and bad use giving a clear error instead of a hang or a crash:
 // optimizer_step on some ranks only, models of different shapes on different ranks, an
-// optimizer of another model, a batch of the wrong shape, a checkpoint of another network.
+// optimizer of another model, a batch of the wrong shape, a checkpoint of another network; an
+// optimizer stepping inside backward, alone (the same bits) and with two ranks (refused).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -84,6 +85,38 @@ TEST(TrainApi, SaveAndLoadResumeBitForBit) {
       2, quiet("resume"));
   std::filesystem::remove(path);
   EXPECT_EQ(r.exitCode, 0) << r.report.text();
+}
+
+TEST(TrainApi, OptimizerInBackwardGivesTheSameBitsAloneAndIsRefusedWithTwoRanks) {
+  JobResult alone = spawn(
+      [](int, const Flags&) {
+        const data::Dataset d = tinyData();
+        engine::Device dev(device_options());
+        engine::Model after(dev, tinyNet(), 5), inside(dev, tinyNet(), 5);
+        auto o1 = optim::SGD(after, {.lr = 0.1f, .momentum = 0.9f}), o2 = optim::SGD(inside, {.lr = 0.1f, .momentum = 0.9f});
+        inside.setOptimizerInBackward(o2.get());
+        const std::uint64_t want = train(after, *o1, d, 0, 4);
+        if (train(inside, *o2, d, 0, 4) != want) return 10;
+        return o2->steps() == 4 ? 0 : 11;
+      },
+      1, quiet("in-backward"));
+  EXPECT_EQ(alone.exitCode, 0) << alone.report.text();
+  JobResult two = spawn(
+      [](int, const Flags&) {
+        const data::Dataset d = tinyData();
+        engine::Device dev(device_options());
+        engine::Model model(dev, tinyNet(), 5);
+        auto opt = optim::SGD(model);
+        model.setOptimizerInBackward(opt.get());
+        try {
+          train(model, *opt, d, 0, 1);
+        } catch (const UsageError& e) {
+          return std::string(e.what()).find("only a job of one rank") != std::string::npos ? 7 : 8;
+        }
+        return 9;
+      },
+      2, quiet("in-backward-2"));
+  EXPECT_EQ(two.exitCode, 7) << two.report.text();
 }
 
 TEST(TrainApi, OptimizerStepOnSomeRanksOnlyIsNamed) {

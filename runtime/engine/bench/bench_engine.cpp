@@ -35,6 +35,7 @@ namespace {
 struct Args {
   std::string model = "convnet", precision = "fp32", json, torchScript;
   int batch = 100, imageSize = 0, iters = 10;
+  int stepInBackward = 1;  // the SGD step inside backward (Model::setOptimizerInBackward)
   bool all = false, itersGiven = false;
 };
 
@@ -62,7 +63,7 @@ bench::Figures runEngine(const Args& a, Model& model, optim::Optimizer& opt, dou
     double c0 = threadCpuSeconds();
     auto t0 = std::chrono::steady_clock::now();
     model.trainStep(images.data(), labels.data(), a.batch);
-    opt.step();
+    if (!opt.inBackward()) opt.step();
     if (it < 2) continue;  // two warm-up steps
     cpu.push_back(threadCpuSeconds() - c0);
     wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -116,6 +117,7 @@ Result benchModel(const Args& a) {
   cfg.seed = 1234;
   Model model(dev, models::network(cfg), (cfg).seed);
   auto opt = optim::SGD(model.params(), dev, optim::SgdOptions{0.01f, 0.9f});
+  if (a.stepInBackward) model.setOptimizerInBackward(opt.get());
   Result r;
   r.imageSize = model.inputShape()[1];
   r.flopsPerImage = 3.0 * model.forwardFlopsPerSample();  // forward + two backward products
@@ -125,6 +127,8 @@ Result benchModel(const Args& a) {
   r.peakMiB = dev.peak() / 1048576.0;
   return r;
 }
+
+const char* stepWhere(const Args& a) { return a.stepInBackward ? "inside" : "after"; }
 
 std::string percentOf(double gflops, const Peak& p) {
   return p.gflops > 0 ? fmt::format("{:.1f}", 100 * gflops / p.gflops) : "n/a";
@@ -145,9 +149,10 @@ int run(const Args& a) {
     if (auto& f = peers.back().second.figures) f->gflops = flops * f->imagesPerSecond / 1e9;
   }
 
-  fmt::print("engine bench: {} batch {} image {}x{} {}{} on {} (conv {}, gemm {}), {} steps, median\n",
+  fmt::print("engine bench: {} batch {} image {}x{} {}{} on {} (conv {}, gemm {}), SGD step {} backward, {} steps, "
+             "median\n",
              a.model, a.batch, size, size, a.precision, bf16 ? fmt::format(" ({})", bf16ModeName(bf16Mode())) : "",
-             res.device, convBackendName(convBackend()), gemmBackendName(gemmBackend()), a.iters);
+             res.device, convBackendName(convBackend()), gemmBackendName(gemmBackend()), stepWhere(a), a.iters);
   fmt::print("{:<14} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}\n", "", "images/s", "ms/step", "GFLOP/s",
              "% peak", "ratio", "wall ms");
   auto row = [&](const std::string& who, const bench::Figures& f) {
@@ -157,7 +162,7 @@ int run(const Args& a) {
   };
   row("xspawn " + a.precision, eng);
   nlohmann::json j = {{"model", a.model}, {"batch", a.batch}, {"image_size", size},
-                      {"precision", a.precision}, {"iters", a.iters},
+                      {"precision", a.precision}, {"iters", a.iters}, {"step_in_backward", a.stepInBackward == 1},
                       {"conv", convBackendName(convBackend())}, {"gemm", gemmBackendName(gemmBackend())},
                       {"bf16_mode", bf16ModeName(bf16Mode())},
                       {"peak_gflops", res.peak.gflops}, {"peak_unit", res.peak.unit}, {"gflop_per_image", flops / 1e9},
@@ -193,8 +198,8 @@ constexpr Case kAllCases[] = {{"mlp", 64, 0, 50},      {"lenet5", 64, 0, 50},  {
                               {"alexnet", 32, 64, 10}, {"alexnet", 32, 224, 3}, {"resnet18", 128, 32, 3}};
 
 int runAll(const Args& base) {
-  fmt::print("engine bench --all: one core, forward + backward + SGD step; bf16 is {} here "
-             "(XS_ENGINE_BF16); median step of each row's thread CPU time\n", bf16ModeName(bf16Mode()));
+  fmt::print("engine bench --all: one core, forward + backward + SGD step {} backward; bf16 is {} here "
+             "(XS_ENGINE_BF16); median step of each row's thread CPU time\n", stepWhere(base), bf16ModeName(bf16Mode()));
   fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9} {:>9} {:>8} {:>7}  {:<28} {:>9}\n", "model", "batch", "image", "prec",
              "images/s", "ms/step", "GFLOP/s", "% peak", "peak (GFLOP/s, unit)", "bf16/fp32");
   nlohmann::json rows = nlohmann::json::array();
@@ -213,7 +218,8 @@ int runAll(const Args& base) {
                  isBf16 ? fmt::format("{:.2f}x", r.eng.imagesPerSecond / fp32Rate) : "");
       std::fflush(stdout);
       rows.push_back({{"model", c.model}, {"batch", c.batch}, {"image_size", r.imageSize}, {"precision", precision},
-                      {"iters", a.iters}, {"bf16_mode", bf16ModeName(bf16Mode())}, {"peak_gflops", r.peak.gflops},
+                      {"iters", a.iters}, {"step_in_backward", a.stepInBackward == 1},
+                      {"bf16_mode", bf16ModeName(bf16Mode())}, {"peak_gflops", r.peak.gflops},
                       {"peak_unit", r.peak.unit}, {"gflop_per_image", r.flopsPerImage / 1e9},
                       {"engine", figuresJson(r.eng)}});
     }
@@ -238,6 +244,8 @@ int main(int argc, char** argv) {
       ("iters", po::value(&a.iters)->default_value(a.iters), "timed steps (after 2 warm-up steps)")
       ("json", po::value(&a.json), "also write the results to this JSON file")
       ("torch-script", po::value(&a.torchScript), "PyTorch peer script (default: ../scripts/bench_engine_torch.py)")
+      ("step-in-backward", po::value(&a.stepInBackward)->default_value(a.stepInBackward),
+       "1: xspawn's SGD step inside backward (Model::setOptimizerInBackward); 0: after it, as the PyTorch peer")
       ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (no PyTorch peers; --iters then applies to every row)");
   try {
     po::variables_map vm;
@@ -252,6 +260,8 @@ int main(int argc, char** argv) {
     XS_CHECK(a.batch > 0, UsageError, "--batch must be positive");
     XS_CHECK(a.iters > 0, UsageError, "--iters must be positive");
     XS_CHECK(a.imageSize >= 0, UsageError, "--image-size must be 0 or positive");
+    XS_CHECK(a.stepInBackward == 0 || a.stepInBackward == 1, UsageError,
+             "--step-in-backward must be 0 or 1, got " + std::to_string(a.stepInBackward));
     return a.all ? runAll(a) : run(a);
   } catch (const po::error& e) {
     std::fprintf(stderr, "xspawn-bench-engine: error: %s (try --help)\n", e.what());

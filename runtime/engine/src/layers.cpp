@@ -10,10 +10,12 @@
 #include "ops.hpp"
 #include "param_mirror.hpp"
 #include "rng.hpp"
+#include "step_in_backward.hpp"
 
 namespace xs::nn {
 
 void Context::gradsReady(std::size_t first, std::size_t last) const {
+  if (stepInBackward) stepInBackward->ready(first, last);
   if (!gradReady || !*gradReady) return;
   for (std::size_t i = first; i <= last; ++i) params.grad(i);  // a view nothing wrote reads as zeros
   const auto& v = params.views();
@@ -81,14 +83,26 @@ class Linear : public Module {
     if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
     rounded_.dyRounded = dy.bf16Values();
     const bool overwrite = ctx.params.gradSlot(w_, b_).overwrite;
-    linearBackward(ctx.dev, needInputGrad_ ? dx_.data() : nullptr, ctx.params.grad(w_), ctx.params.grad(b_),
-                   dy.data(), x_->data(), weight(ctx), B, in_, out_, &rounded_, overwrite);
+    float* dx = needInputGrad_ ? dx_.data() : nullptr;
+    if (!overwrite || !backwardWithStep(ctx, dx, dy.data(), B))
+      linearBackward(ctx.dev, dx, ctx.params.grad(w_), ctx.params.grad(b_), dy.data(), x_->data(), weight(ctx), B,
+                     in_, out_, &rounded_, overwrite);
     ctx.gradsReady(w_, b_);
     return dx_;
   }
 
  private:
   const float* weight(Context& ctx) { return productWeights(ctx, w_, rounded_.wRounded); }
+  // An SGD step inside backward made in the gradients' own pass (the bias's then follows from
+  // its gradient in gradsReady).
+  bool backwardWithStep(Context& ctx, float* dx, const float* dy, int B) {
+    const detail::SgdStep* step = ctx.stepInBackward ? ctx.stepInBackward->sgd() : nullptr;
+    if (!step || !linearBackwardStepped(ctx.dev, dx, ctx.params.grad(b_), dy, x_->data(), B, in_, out_, *step,
+                                        ctx.params.views()[w_].offset))
+      return false;
+    ctx.stepInBackward->stepped(w_);
+    return true;
+  }
   int in_, out_;
   std::size_t w_ = 0, b_ = 0;
   RoundedOperands rounded_;  // bf16 only

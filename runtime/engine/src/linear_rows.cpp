@@ -9,10 +9,19 @@
 //   input gradient: dx[b][k] = sum over o, in order, of w[o][k] * dy[b][o]
 //                   (R weight rows at once against their R rows of dy^T in registers, into
 //                   dx^T [in][V * 16], a block of it in cache at a time)
+//   weight gradient: dw[o][k] = sum over b, in order, of dy[b][o] * x[b][k]
+//                   (tiles of R rows x C vectors of k in registers, dy broadcast)
 //
 // Each sum runs from the bias (or zero) with fused multiply-adds, the same in the AVX-512 kernels
 // and the portable loops (tested bit for bit). The layers take them only with AVX-512
 // (useLinearRows).
+//
+// With an SGD step inside backward (Model::setOptimizerInBackward), one pass makes the whole
+// backward and the step: for each column block and group of R weight rows, the input gradient
+// reads the rows, then the weight gradient's tiles update them with sgdUpdate straight from the
+// registers. The gradient is never written, and the weights are read once instead of three
+// times (input gradient, weight gradient's write and the optimizer's pass). This file is built
+// with -ffp-contract=off (sgd_rule.hpp): the update has the optimizer's bits.
 #include <algorithm>
 #include <cmath>
 #include <immintrin.h>
@@ -20,6 +29,7 @@
 
 #include "gemm.hpp"
 #include "ops.hpp"
+#include "sgd_rule.hpp"
 
 namespace xs::engine {
 namespace {
@@ -160,6 +170,141 @@ void allRows(float* y, const float* xT, const float* w, const float* bias, int b
   for (int o0 = 0; o0 < out; o0 += R) rowsAvx512<V, R>(y, xT, w, bias, batch, in, out, o0);
 }
 
+// dy [batch][out] as the weight gradient reads it: dy[b][o] at at[b * perB + o * perO] (dy itself,
+// or the input gradient's dy^T [out][V * 16]).
+struct DyAt {
+  const float* at;
+  std::size_t perB, perO;
+};
+
+// The weight gradient's tile of rows o0.. (R) by columns k.. (C vectors, the last one's lanes
+// `last`), each a sum from zero over the batch in order; out(value, o, k, lanes) takes it.
+template <int R, int C, class Out>
+__attribute__((target("avx512f"))) void weightTile(const DyAt& dy, const float* x, int batch, int in, int o0, int k,
+                                                   __mmask16 last, Out& out) {
+  __m512 acc[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int b = 0; b < batch; ++b) {
+    const float* xb = x + static_cast<std::size_t>(b) * in + k;
+    __m512 xv[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(c == C - 1 ? last : 0xffff, xb + c * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 d = _mm512_set1_ps(dy.at[b * dy.perB + (o0 + r) * dy.perO]);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(d, xv[c], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) out(acc[r][c], o0 + r, k + c * kLanes, c == C - 1 ? last : __mmask16{0xffff});
+}
+
+// Rows [o0, o0 + R) by columns [k0, k1): tiles of C vectors (R * C <= 24 sums), then single
+// vectors, the last one masked.
+template <int R, class Out>
+void weightTiles(const DyAt& dy, const float* x, int batch, int in, int o0, int k0, int k1, Out& out) {
+  constexpr int C = std::min(4, 24 / R);
+  int k = k0;
+  for (; k + C * kLanes <= k1; k += C * kLanes) weightTile<R, C>(dy, x, batch, in, o0, k, 0xffff, out);
+  for (; k + kLanes <= k1; k += kLanes) weightTile<R, 1>(dy, x, batch, in, o0, k, 0xffff, out);
+  if (k < k1) weightTile<R, 1>(dy, x, batch, in, o0, k, static_cast<__mmask16>((1u << (k1 - k)) - 1), out);
+}
+
+// The same for `rows` (1..kMaxRows) rows.
+template <int kMaxRows, class Out, int... I>
+void weightTilesOf(int rows, const DyAt& dy, const float* x, int batch, int in, int o0, int k0, int k1, Out& out,
+                   std::integer_sequence<int, I...>) {
+  ((rows == I + 1 ? weightTiles<I + 1>(dy, x, batch, in, o0, k0, k1, out) : void()), ...);
+}
+template <int kMaxRows, class Out>
+void weightTilesOf(int rows, const DyAt& dy, const float* x, int batch, int in, int o0, int k0, int k1, Out& out) {
+  weightTilesOf<kMaxRows>(rows, dy, x, batch, in, o0, k0, k1, out, std::make_integer_sequence<int, kMaxRows>());
+}
+
+// Where a weight gradient's tile goes: into dw (= or +=).
+struct IntoGradient {
+  float* dw;
+  int in;
+  bool overwrite;
+  __attribute__((target("avx512f"))) void operator()(__m512 v, int o, int k, __mmask16 lanes) const {
+    float* p = dw + static_cast<std::size_t>(o) * in + k;
+    if (!overwrite) v = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, p), v);
+    _mm512_mask_storeu_ps(p, lanes, v);
+  }
+};
+
+// ... or into an SGD step of the weights w (and their momentum m) it is the gradient of.
+template <detail::Sgd kRule>
+struct IntoSgdStep {
+  float* w;
+  float* m;
+  int in;
+  detail::SgdArgs args;
+  __attribute__((target("avx512f"))) void operator()(__m512 g, int o, int k, __mmask16 lanes) const {
+    const std::size_t at = static_cast<std::size_t>(o) * in + k;
+    __m512 b = kRule == detail::Sgd::kPlain ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, m + at);
+    __m512 p = _mm512_maskz_loadu_ps(lanes, w + at);
+    detail::sgdUpdate<kRule>(p, b, g, args);
+    _mm512_mask_storeu_ps(w + at, lanes, p);
+    if constexpr (kRule != detail::Sgd::kPlain) _mm512_mask_storeu_ps(m + at, lanes, b);
+  }
+};
+
+void weightGradPortable(float* dw, const float* dy, const float* x, int batch, int in, int out, bool overwrite) {
+  for (int o = 0; o < out; ++o)
+    for (int k = 0; k < in; ++k) {
+      float acc = 0.f;
+      for (int b = 0; b < batch; ++b)
+        acc = std::fma(dy[static_cast<std::size_t>(b) * out + o], x[static_cast<std::size_t>(b) * in + k], acc);
+      float& g = dw[static_cast<std::size_t>(o) * in + k];
+      g = overwrite ? acc : g + acc;
+    }
+}
+
+// The whole backward with the SGD step (see the top): columns in the input gradient's blocks,
+// rows in its groups of R, each group's block in pieces of kPiece columns, read by the input
+// gradient and then updated by the weight gradient's tiles while in cache.
+template <int V, detail::Sgd kRule>
+void backwardWithStep(float* dxT, const float* dyT, const float* x, float* w, float* m, int batch, int in, int out,
+                      const detail::SgdArgs& args) {
+  constexpr int R = V == 4 ? 6 : 8;
+  constexpr int kPiece = 192;  // a multiple of every tile's width (48, 64)
+  const int block = 4608 / V;
+  const DyAt dy{dyT, 1, static_cast<std::size_t>(V) * kLanes};
+  IntoSgdStep<kRule> step{w, m, in, args};
+  for (int k0 = 0; k0 < in; k0 += block) {
+    const int k1 = std::min(in, k0 + block);
+    for (int o0 = 0; o0 < out; o0 += R) {
+      const int rows = std::min(R, out - o0);
+      for (int p0 = k0; p0 < k1; p0 += kPiece) {
+        const int p1 = std::min(k1, p0 + kPiece);
+        if (dxT) gradRowsKernel<V>(rows, std::make_index_sequence<R>())(dxT, dyT, w, in, o0, p0, p1);
+        weightTilesOf<R>(rows, dy, x, batch, in, o0, p0, p1, step);
+      }
+    }
+  }
+}
+
+template <int V>
+void backwardWithStep(float* dxT, const float* dyT, const float* x, int batch, int in, int out,
+                      const detail::SgdStep& s, std::size_t offset) {
+  float* w = s.values + offset;
+  float* m = s.momentum ? s.momentum + offset : nullptr;
+  switch (s.rule) {
+    case detail::Sgd::kPlain: return backwardWithStep<V, detail::Sgd::kPlain>(dxT, dyT, x, w, m, batch, in, out, s.args);
+    case detail::Sgd::kMomentum:
+      return backwardWithStep<V, detail::Sgd::kMomentum>(dxT, dyT, x, w, m, batch, in, out, s.args);
+    case detail::Sgd::kNesterov:
+      return backwardWithStep<V, detail::Sgd::kNesterov>(dxT, dyT, x, w, m, batch, in, out, s.args);
+  }
+}
+
 }  // namespace
 
 bool& linearRowsPortableSlot() {
@@ -199,6 +344,39 @@ void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float
     default: allGradRows<4>(dxT, dyT, w, in, out); break;
   }
   fromColumns(dev, dx, dxT, batch, in, width);
+}
+
+}  // namespace xs::engine
+
+namespace xs::engine {
+
+void linearWeightGradientRows(float* dw, const float* dy, const float* x, int batch, int in, int out, bool overwrite) {
+  if (!cpuHasAvx512() || linearRowsPortableSlot()) return weightGradPortable(dw, dy, x, batch, in, out, overwrite);
+  const DyAt at{dy, static_cast<std::size_t>(out), 1};
+  const IntoGradient into{dw, in, overwrite};
+  constexpr int R = 8;
+  for (int o0 = 0; o0 < out; o0 += R) weightTilesOf<R>(std::min(R, out - o0), at, x, batch, in, o0, 0, in, into);
+}
+
+bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, int batch, int in, int out,
+                            const detail::SgdStep& step, std::size_t offset) {
+  if (!useLinearRows(batch, in, out) || linearRowsPortableSlot()) return false;
+  const int v = (batch + kLanes - 1) / kLanes, width = v * kLanes;
+  float* dyT = dev.scratch(kXtSlot, static_cast<std::size_t>(out) * width);  // 64-byte aligned
+  toColumns(dev, dyT, dy, batch, out, width);
+  float* dxT = nullptr;
+  if (dx) {
+    dxT = dev.scratch(kDxtSlot, static_cast<std::size_t>(in) * width);
+    std::fill(dxT, dxT + static_cast<std::size_t>(in) * width, 0.f);
+  }
+  switch (v) {
+    case 1: backwardWithStep<1>(dxT, dyT, x, batch, in, out, step, offset); break;
+    case 2: backwardWithStep<2>(dxT, dyT, x, batch, in, out, step, offset); break;
+    case 3: backwardWithStep<3>(dxT, dyT, x, batch, in, out, step, offset); break;
+    default: backwardWithStep<4>(dxT, dyT, x, batch, in, out, step, offset); break;
+  }
+  if (dx) fromColumns(dev, dx, dxT, batch, in, width);
+  return true;
 }
 
 }  // namespace xs::engine

@@ -7,7 +7,9 @@
 
 #include "xspawn/error.hpp"
 #include "ops.hpp"
+#include "step_in_backward.hpp"
 #include "telemetry.hpp"
+#include "xspawn/optim.hpp"
 
 namespace xs::engine {
 
@@ -33,7 +35,9 @@ Model::Model(Device& dev, Network network, std::uint64_t seed)
   initialize(seed_);
 }
 
-Model::~Model() = default;
+Model::~Model() {
+  if (inBackward_) inBackward_->inBackwardOf_ = nullptr;
+}
 
 void Model::initialize(std::uint64_t seed) {
   seed_ = seed;
@@ -104,8 +108,30 @@ void Model::backward() {
                        reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, numClasses_, 1.f,
                        labelSmoothing_);
   nn::Context ctx{dev_, params_, buffers_, train_, seed_, step_, &gradReady_};
+  if (!inBackward_) {
+    net_->backward(dlogits_, ctx);
+    params_.grads();  // zeros into the views this backward did not write (none in the built-in layers)
+    return;
+  }
+  XS_CHECK(!gradReady_, UsageError,
+           "model '" + name_ + "': backward() with both a gradient hook (setGradReadyHook; xs::data_parallel sets "
+               "one) and an optimizer stepping inside backward (setOptimizerInBackward): ranks all-reduce their "
+               "gradients before the step; turn one of them off");
+  params_.zeroGrad();  // each backward is a whole step: nothing accumulates across them
+  detail::StepInBackward step(params_, *inBackward_);
+  ctx.stepInBackward = &step;
   net_->backward(dlogits_, ctx);
-  params_.grads();  // zeros into the views this backward did not write (none in the built-in layers)
+  step.finish();
+}
+
+void Model::setOptimizerInBackward(optim::Optimizer* opt) {
+  XS_CHECK(!opt || &opt->params() == &params_, UsageError,
+           "model '" + name_ + "': setOptimizerInBackward with " + (opt ? opt->kind() : "") +
+               " optimizer built for another model's parameters: build it from this model, e.g. optim::SGD(model, "
+               "...)");
+  if (inBackward_) inBackward_->inBackwardOf_ = nullptr;
+  inBackward_ = opt;
+  if (opt) opt->inBackwardOf_ = this;
 }
 
 StepResult Model::trainStep(const float* images, const std::int32_t* labels, int batch) {

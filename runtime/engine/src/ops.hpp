@@ -13,6 +13,10 @@
 
 namespace xs::engine {
 
+namespace detail {
+struct SgdStep;  // sgd_rule.hpp
+}
+
 // ---- linear: y = x w^T + b -------------------------------------------------------------
 // Emulated bf16 (gemm.hpp): a layer's operands rounded to bf16 once per step. Forward rounds w
 // and x and keeps them for backward (the weights change only after it); backward rounds dy.
@@ -36,6 +40,12 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
 // overwrite: dw = and db = instead (ParamStore::gradSlot), which spares reading them.
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, int B, int I, int O, RoundedOperands* r = nullptr, bool overwrite = false);
+// The same with an SGD step of w inside backward (Model::setOptimizerInBackward), for a layer whose
+// gradients zeroGrad cleared: db = as above, then dx and the step of w (at `offset` into step's
+// values) in one pass, dw never written (linearBackwardWithStep). False (nothing done) where
+// linearBackward would not take that pass's kernels: the caller then runs it and steps w itself.
+bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, int B, int I, int O,
+                           const detail::SgdStep& step, std::size_t offset);
 
 // The forward of a linear layer with at least 2^20 weights at a batch of at most 64, where the CPU
 // has AVX-512: y^T = w x^T, output rows streaming their weights against the batch's vectors
@@ -46,6 +56,16 @@ void linearForwardRows(Device& dev, float* y, const float* x, const float* w, co
                        int out);
 // Its input gradient, for the same layers: dx [batch, in] = dy w, every sum from zero in order of o.
 void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float* w, int batch, int in, int out);
+// Its weight gradient, for the same layers: dw [out, in] = (or +=) dy^T x, every sum from zero in
+// order of b.
+void linearWeightGradientRows(float* dw, const float* dy, const float* x, int batch, int in, int out, bool overwrite);
+// Both gradients and an SGD step of the weights in one pass, their gradient never written: dx
+// (skipped when null) as linearDataGradientRows makes it from the weights before the step, and
+// the weights at `offset` into step's values updated from linearWeightGradientRows' gradient, as
+// the optimizer would (Model::setOptimizerInBackward). False (nothing done) unless the layer
+// takes these kernels (useLinearRows).
+bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, int batch, int in, int out,
+                            const detail::SgdStep& step, std::size_t offset);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& linearRowsPortableSlot();
 // Native bf16 on AMX (linear_amx.cpp), from bf16 bits into float32; each returns false (nothing

@@ -143,12 +143,27 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
   gemm(dev, false, true, B, O, I, x, I, w, I, b ? 1.f : 0.f, y, O);
 }
 
+namespace {
+// db [O] (+)= the sum of dy [B, O]'s rows.
+void biasGradient(float* db, const float* dy, int B, int O, bool overwrite) {
+  if (!db) return;
+  if (overwrite) std::memset(db, 0, static_cast<std::size_t>(O) * sizeof(float));  // O floats, not O x I
+  for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
+}
+}  // namespace
+
+bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, int B, int I, int O,
+                           const detail::SgdStep& step, std::size_t offset) {
+  // Where linearBackward takes the same kernels (the gradients' bits): fp32, linear_rows.cpp's.
+  if (dev.precision() != Precision::kFp32 || !linearRows(dev, false, B, I, O) || linearRowsPortableSlot())
+    return false;
+  biasGradient(db, dy, B, O, true);
+  return linearBackwardWithStep(dev, dx, dy, x, B, I, O, step, offset);
+}
+
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, int B, int I, int O, RoundedOperands* r, bool overwrite) {
-  if (db) {
-    if (overwrite) std::memset(db, 0, static_cast<std::size_t>(O) * sizeof(float));  // O floats, not O x I
-    for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
-  }
+  biasGradient(db, dy, B, O, overwrite);
   const float beta = overwrite ? 0.f : 1.f;
   if (nativeLinear(dev, r) && !r->xBf16.empty()) {  // x and w as forward converted them
     const auto* dyb = bf16Copy(dev, r->dyBf16, dy, static_cast<std::size_t>(B) * O);
@@ -170,6 +185,7 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
   }
   // dw [O, I] (+)= dy^T [O, B] * x [B, I]
   if (emulated) gemmOfRounded(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
+  else if (linearRows(dev, false, B, I, O)) linearWeightGradientRows(dw, dy, x, B, I, O, overwrite);
   else gemm(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
   if (!dx) return;
   // dx [B, I] = dy [B, O] * w [O, I]

@@ -12,6 +12,8 @@
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
 #include "param_mirror.hpp"
+#include "sgd_rule.hpp"
+#include "step_in_backward.hpp"
 
 namespace xs::optim {
 
@@ -20,12 +22,37 @@ using engine::ParamStore;
 using engine::Shape;
 using engine::Tensor;
 using engine::detail::ParamStoreAccess;
+using engine::detail::Sgd;
+using engine::detail::SgdArgs;
+using engine::detail::SgdStep;
+
+Optimizer::~Optimizer() {
+  if (inBackwardOf_) inBackwardOf_->setOptimizerInBackward(nullptr);
+}
 
 std::vector<std::pair<std::string, Tensor*>> Optimizer::state() {
   std::vector<std::pair<std::string, Tensor*>> r;
   for (auto& [name, t] : state_) r.emplace_back(name, &t);
   return r;
 }
+
+void Optimizer::checkNotInBackward(const char* call) const {
+  XS_CHECK(!inBackward(), UsageError,
+           std::string(kind()) + " optimizer: " + call + " while the model makes this optimizer's step inside "
+               "backward() (Model::setOptimizerInBackward): backward() has already stepped; call "
+               "setOptimizerInBackward(nullptr) first to step after backward");
+}
+
+namespace {
+[[noreturn]] void noViews(const Optimizer& o) {
+  XS_THROW(UsageError, std::string("the ") + o.kind() + " optimizer cannot step inside backward: it makes its "
+                           "step only all at once (override beginViews, stepView and endViews)");
+}
+}  // namespace
+
+void Optimizer::beginViews() { noViews(*this); }
+void Optimizer::stepView(std::size_t, std::size_t, const float*) { noViews(*this); }
+void Optimizer::endViews() { noViews(*this); }
 
 namespace {
 
@@ -53,6 +80,13 @@ struct MirrorOut {
 MirrorOut mirrorOf(const ParamStoreAccess::Update& u) {
   if (u.bits) return {Mirror::kBits, u.bits};
   return u.rounded ? MirrorOut{Mirror::kRounded, u.rounded} : MirrorOut{Mirror::kNone, nullptr};
+}
+
+// The mirror from value `offset` on (a view's step inside backward).
+MirrorOut mirrorAt(MirrorOut r, std::size_t offset) {
+  if (r.kind == Mirror::kBits) return {r.kind, static_cast<std::uint16_t*>(r.data) + offset};
+  if (r.kind == Mirror::kRounded) return {r.kind, static_cast<float*>(r.data) + offset};
+  return r;
 }
 
 // p[i] = v, and its rounding in the mirror r.
@@ -118,26 +152,14 @@ XS_INLINE void withMirror(MirrorOut r, std::size_t n, Body body) {
   }
 }
 
-struct SgdArgs {
-  float lr, wd, keep, take, mu;  // buf = keep * buf + take * d; Nesterov steps along d + mu * buf
-};
-
-enum class Sgd { kPlain, kMomentum, kNesterov };
-
 template <Sgd kRule, Mirror kM>
 XS_INLINE void sgdBody(float* p, void* r, float* buf, const float* g, std::size_t n, const SgdArgs& a) {
-  const float lr = a.lr, wd = a.wd, keep = a.keep, take = a.take, mu = a.mu;
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
-    float d = g[i] + wd * p[i];
-    if constexpr (kRule == Sgd::kPlain) {
-      put<kM>(p, r, i, p[i] - lr * d);
-    } else {
-      float b = keep * buf[i] + take * d;
-      buf[i] = b;
-      if constexpr (kRule == Sgd::kNesterov) put<kM>(p, r, i, p[i] - lr * (d + mu * b));
-      else put<kM>(p, r, i, p[i] - lr * b);
-    }
+    float v = p[i], b = kRule == Sgd::kPlain ? 0.f : buf[i];
+    engine::detail::sgdUpdate<kRule>(v, b, g[i], a);
+    put<kM>(p, r, i, v);
+    if constexpr (kRule != Sgd::kPlain) buf[i] = b;
   }
 }
 
@@ -218,6 +240,8 @@ XS_CLONES void adadeltaLoop(float* p, MirrorOut r, float* sq, float* acc, const 
   });
 }
 
+using SgdLoop = void (*)(float*, MirrorOut, float*, const float*, std::size_t, const SgdArgs&);
+
 class SgdRule : public Optimizer {
  public:
   SgdRule(ParamStore& ps, Device& dev, const SgdOptions& o) : Optimizer(ps), o_(o) {
@@ -231,21 +255,48 @@ class SgdRule : public Optimizer {
   }
   const char* kind() const override { return "sgd"; }
   void step() override {
-    ParamStore& ps = params_;
-    const float* g = ps.grads();
-    const auto u = ParamStoreAccess::update(ps);
-    float* p = u.values;
-    const MirrorOut r = mirrorOf(u);
-    const float mu = o_.momentum;
-    float* buf = mu == 0.f ? nullptr : state_[0].second.data();
-    const SgdArgs a{lr_, o_.weightDecay, steps_ == 0 ? 0.f : mu,  // buf = d at the first step
-                    steps_ == 0 ? 1.f : 1.f - o_.dampening, mu};
-    (!buf ? sgdLoop : o_.nesterov ? sgdNesterovLoop : sgdMomentumLoop)(p, r, buf, g, ps.size(), a);
+    checkNotInBackward("step()");
+    const auto u = ParamStoreAccess::update(params_);
+    begin();
+    loop_(u.values, mirrorOf(u), buf_, params_.grads(), params_.size(), args_);
+    ++steps_;
+  }
+  // The step a kernel may fuse: between beginViews and endViews, with no mirror to write.
+  SgdStep fusable() const { return fusable_; }
+
+ protected:
+  void beginViews() override {
+    target_ = ParamStoreAccess::target(params_);
+    begin();
+    const Sgd rule = !buf_ ? Sgd::kPlain : o_.nesterov ? Sgd::kNesterov : Sgd::kMomentum;
+    if (!target_.rounded && !target_.bits) fusable_ = SgdStep{rule, target_.values, buf_, args_};
+  }
+  void stepView(std::size_t offset, std::size_t count, const float* grad) override {
+    loop_(target_.values + offset, mirrorAt(mirrorOf(target_), offset), buf_ ? buf_ + offset : nullptr, grad, count,
+          args_);
+  }
+  void endViews() override {
+    ParamStoreAccess::written(params_, target_);
+    fusable_ = SgdStep{};
     ++steps_;
   }
 
  private:
+  // This step's rule and arguments.
+  void begin() {
+    const float mu = o_.momentum;
+    buf_ = mu == 0.f ? nullptr : state_[0].second.data();
+    args_ = SgdArgs{lr_, o_.weightDecay, steps_ == 0 ? 0.f : mu,  // buf = d at the first step
+                    steps_ == 0 ? 1.f : 1.f - o_.dampening, mu};
+    loop_ = !buf_ ? sgdLoop : o_.nesterov ? sgdNesterovLoop : sgdMomentumLoop;
+  }
+
   SgdOptions o_;
+  float* buf_ = nullptr;
+  SgdArgs args_{};
+  SgdLoop loop_ = nullptr;
+  ParamStoreAccess::Update target_{};
+  SgdStep fusable_{};
 };
 
 class AdamRule : public Optimizer {
@@ -263,24 +314,45 @@ class AdamRule : public Optimizer {
   }
   const char* kind() const override { return decoupled_ ? "adamw" : "adam"; }
   void step() override {
-    ParamStore& ps = params_;
+    checkNotInBackward("step()");
+    begin();
+    const float* g = params_.grads();
+    target_ = ParamStoreAccess::update(params_);
+    stepView(0, params_.size(), g);
     ++steps_;
-    const double t = static_cast<double>(steps_);
-    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta1), t));
-    const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta2), t));
+  }
+
+ protected:
+  void beginViews() override {
+    begin();
+    target_ = ParamStoreAccess::target(params_);
+  }
+  void stepView(std::size_t offset, std::size_t count, const float* grad) override {
     // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled), in its
     // own instance of the loop so Adam's stays as it was.
-    const AdamArgs a{o_.beta1, o_.beta2, o_.eps, decoupled_ ? 0.f : o_.weightDecay, 1.f - lr_ * o_.weightDecay,
-                     lr_ / bc1, std::sqrt(bc2)};
-    const float* g = ps.grads();
-    const auto u = ParamStoreAccess::update(ps);
-    (decoupled_ ? adamWLoop : adamLoop)(u.values, mirrorOf(u), state_[0].second.data(), state_[1].second.data(), g,
-                                        ps.size(), a);
+    (decoupled_ ? adamWLoop : adamLoop)(target_.values + offset, mirrorAt(mirrorOf(target_), offset),
+                                        state_[0].second.data() + offset, state_[1].second.data() + offset, grad,
+                                        count, args_);
+  }
+  void endViews() override {
+    ParamStoreAccess::written(params_, target_);
+    ++steps_;
   }
 
  private:
+  // This step's arguments: its bias corrections count it (steps_ + 1).
+  void begin() {
+    const double t = static_cast<double>(steps_ + 1);
+    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta1), t));
+    const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta2), t));
+    args_ = AdamArgs{o_.beta1, o_.beta2, o_.eps, decoupled_ ? 0.f : o_.weightDecay, 1.f - lr_ * o_.weightDecay,
+                     lr_ / bc1, std::sqrt(bc2)};
+  }
+
   AdamOptions o_;
   bool decoupled_;
+  AdamArgs args_{};
+  ParamStoreAccess::Update target_{};
 };
 
 class AdadeltaRule : public Optimizer {
@@ -295,16 +367,27 @@ class AdadeltaRule : public Optimizer {
   }
   const char* kind() const override { return "adadelta"; }
   void step() override {
-    ParamStore& ps = params_;
+    checkNotInBackward("step()");
+    const float* g = params_.grads();
+    target_ = ParamStoreAccess::update(params_);
+    stepView(0, params_.size(), g);
     ++steps_;
-    const float* g = ps.grads();
-    const auto u = ParamStoreAccess::update(ps);
-    adadeltaLoop(u.values, mirrorOf(u), state_[0].second.data(), state_[1].second.data(), g, ps.size(),
-                 AdadeltaArgs{o_.rho, o_.eps, o_.weightDecay, lr_});
+  }
+
+ protected:
+  void beginViews() override { target_ = ParamStoreAccess::target(params_); }
+  void stepView(std::size_t offset, std::size_t count, const float* grad) override {
+    adadeltaLoop(target_.values + offset, mirrorAt(mirrorOf(target_), offset), state_[0].second.data() + offset,
+                 state_[1].second.data() + offset, grad, count, AdadeltaArgs{o_.rho, o_.eps, o_.weightDecay, lr_});
+  }
+  void endViews() override {
+    ParamStoreAccess::written(params_, target_);
+    ++steps_;
   }
 
  private:
   AdadeltaOptions o_;
+  ParamStoreAccess::Update target_{};
 };
 
 }  // namespace
@@ -327,6 +410,19 @@ std::unique_ptr<Optimizer> AdamW(engine::Model& m, const AdamWOptions& o) { retu
 std::unique_ptr<Optimizer> Adadelta(engine::Model& m, const AdadeltaOptions& o) {
   return Adadelta(m.params(), m.device(), o);
 }
+
+}  // namespace xs::optim
+
+namespace xs::engine::detail {
+
+SgdStep fusableSgd(const optim::Optimizer& opt) {
+  const auto* sgd = dynamic_cast<const optim::SgdRule*>(&opt);
+  return sgd ? sgd->fusable() : SgdStep{};
+}
+
+}  // namespace xs::engine::detail
+
+namespace xs::optim {
 
 float StepLR::at(int epoch) const {
   XS_CHECK(stepSize > 0, UsageError, "StepLR: the step size (epochs) must be positive, got " + std::to_string(stepSize));

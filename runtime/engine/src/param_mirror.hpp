@@ -29,6 +29,15 @@ struct ParamStoreAccess {
     std::uint16_t* bits;
   };
   static Update update(ParamStore& s);
+  // The same pointers, for a step made view by view (inside backward), which calls written() at
+  // its end. Meanwhile each view's mirror stays as current as it was: one the step has not
+  // reached still holds its values' rounding, and one it has reached holds the new values' (or
+  // is rounded from them at its next read). A rounded mirror the step does not write (the store
+  // keeps bits) counts as stale from here.
+  static Update target(ParamStore& s);
+  // Ends that step: the mirror it wrote (t, from target()) counts as current, and one made while
+  // it ran counts as stale.
+  static void written(ParamStore& s, const Update& t);
 };
 
 }  // namespace xs::engine::detail

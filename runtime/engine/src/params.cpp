@@ -131,13 +131,22 @@ const std::uint16_t* ParamStoreAccess::bits(ParamStore& s, std::size_t i) {
 
 ParamStoreAccess::Update ParamStoreAccess::update(ParamStore& s) {
   // The mirror's every view is written by the caller's pass (an optimizer's loop).
+  if (!s.bits_.empty()) s.bitsCurrent_.assign(s.bitsCurrent_.size(), 1);
+  else s.roundedCurrent_.assign(s.roundedCurrent_.size(), 1);
+  return target(s);
+}
+
+ParamStoreAccess::Update ParamStoreAccess::target(ParamStore& s) {
   if (!s.bits_.empty()) {
-    s.bitsCurrent_.assign(s.bitsCurrent_.size(), 1);
     s.roundedCurrent_.assign(s.roundedCurrent_.size(), 0);
     return {s.values_.data(), nullptr, reinterpret_cast<std::uint16_t*>(s.bits_.data())};
   }
-  s.roundedCurrent_.assign(s.roundedCurrent_.size(), 1);
   return {s.values_.data(), s.rounded_.empty() ? nullptr : s.rounded_.data(), nullptr};
+}
+
+void ParamStoreAccess::written(ParamStore& s, const Update& t) {
+  s.bitsCurrent_.assign(s.bitsCurrent_.size(), t.bits ? 1 : 0);
+  s.roundedCurrent_.assign(s.roundedCurrent_.size(), t.rounded ? 1 : 0);
 }
 
 }  // namespace detail

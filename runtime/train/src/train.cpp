@@ -42,12 +42,19 @@ void optimizer_step(engine::Model& model, optim::Optimizer& optimizer, std::span
            fmt::format("optimizer_step: the {} optimizer was built for another model's parameters ({} floats), "
                        "not for model '{}' ({} floats): build it from this model, e.g. optim::SGD(model, ...)",
                        optimizer.kind(), optimizer.params().size(), model.name(), model.params().size()));
+  XS_CHECK(!optimizer.inBackward() || xs::world_size() == 1, UsageError,
+           fmt::format("optimizer_step: the {} optimizer steps inside model '{}''s backward "
+                       "(Model::setOptimizerInBackward), which only a job of one rank can do: {} ranks must "
+                       "all-reduce their gradients before the update; call setOptimizerInBackward(nullptr)",
+                       optimizer.kind(), model.name(), xs::world_size()));
   {
     detail::telemetry::Span step(detail::Category::kStep, "optimizer_step");
     if (detail::fault::gArmed) detail::fault::atStep();
     detail::gradientSync(model).allReduce(stats);
-    detail::telemetry::Span update(detail::Category::kUpdate, "update");
-    optimizer.step();
+    if (!optimizer.inBackward()) {  // else backward() has made the step
+      detail::telemetry::Span update(detail::Category::kUpdate, "update");
+      optimizer.step();
+    }
   }
   detail::telemetry::stepDone();
 }

@@ -16,6 +16,10 @@
 #include "xspawn/engine/params.hpp"
 #include "xspawn/engine/tensor.hpp"
 
+namespace xs::engine::detail {
+class StepInBackward;
+}
+
 namespace xs::nn {
 
 using engine::Device;
@@ -33,7 +37,12 @@ struct Context {
   std::uint64_t step = 0;
   // Told when a range of the flat gradient buffer is final (Model::setGradReadyHook); may be null.
   const std::function<void(std::size_t, std::size_t)>* gradReady = nullptr;
-  // Reports the gradients of parameter views [first, last] (registered consecutively) as final.
+  // The optimizer step made inside this backward (engine::Model::setOptimizerInBackward), which
+  // the engine's own layers may fuse into their kernels; null otherwise.
+  engine::detail::StepInBackward* stepInBackward = nullptr;
+  // Reports the gradients of parameter views [first, last] (registered consecutively) as final:
+  // a module's backward calls it once its gradients are written (the gradient hook sees them,
+  // and an optimizer in backward steps those views from them).
   void gradsReady(std::size_t first, std::size_t last) const;
 };
 

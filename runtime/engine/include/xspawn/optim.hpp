@@ -2,7 +2,8 @@
 // and weight decay; Adam; AdamW; Adadelta), each stepping over a model's whole flat parameter
 // and gradient buffers at once, with named state buffers that checkpoints save; and the
 // learning-rate schedules StepLR and CosineAnnealingLR (of the epoch) and OneCycleLR (of the
-// step), as pure functions so a resumed run recomputes them.
+// step), as pure functions so a resumed run recomputes them. An optimizer can also step inside a
+// model's backward (engine::Model::setOptimizerInBackward).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,10 @@
 #include "xspawn/engine/model.hpp"
 #include "xspawn/engine/params.hpp"
 #include "xspawn/engine/tensor.hpp"
+
+namespace xs::engine::detail {
+class StepInBackward;
+}
 
 namespace xs::optim {
 
@@ -40,8 +45,9 @@ struct AdadeltaOptions {
 
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
-  // One update of the parameters it was built for from their gradients (all at once).
+  virtual ~Optimizer();
+  // One update of the parameters it was built for from their gradients (all at once). A
+  // UsageError while a model steps it inside its backward (inBackward()).
   virtual void step() = 0;
   virtual const char* kind() const = 0;  // "sgd", "adam", "adamw" or "adadelta"
   float lr() const { return lr_; }
@@ -52,13 +58,32 @@ class Optimizer {
   engine::ParamStore& params() const { return params_; }
   // Named state buffers (as long as the parameter buffer) for checkpoints.
   std::vector<std::pair<std::string, engine::Tensor*>> state();
+  // True while a model makes this optimizer's step inside its backward
+  // (engine::Model::setOptimizerInBackward).
+  bool inBackward() const { return inBackwardOf_ != nullptr; }
 
  protected:
   explicit Optimizer(engine::ParamStore& params) : params_(params) {}
+  // The step view by view, for a step inside backward: beginViews() once, then stepView once
+  // for every parameter view (offset and count as in engine::ParamView, grad its count
+  // gradients) in the order backward finishes them, then endViews(). The built-in optimizers
+  // make the same update as step(), bit for bit. These defaults throw UsageError: an optimizer
+  // of one's own steps inside backward once it overrides all three.
+  virtual void beginViews();
+  virtual void stepView(std::size_t offset, std::size_t count, const float* grad);
+  virtual void endViews();
+  // UsageError naming the call when the step belongs inside a model's backward.
+  void checkNotInBackward(const char* call) const;
+
   engine::ParamStore& params_;
   float lr_ = 0.f;
   std::uint64_t steps_ = 0;
   std::vector<std::pair<std::string, engine::Tensor>> state_;
+
+ private:
+  friend class engine::Model;
+  friend class engine::detail::StepInBackward;
+  engine::Model* inBackwardOf_ = nullptr;  // the model stepping it in backward, which unlinks it
 };
 
 // Optimizers over a model's parameters (the model must outlive them). UsageError on a negative

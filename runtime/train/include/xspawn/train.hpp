@@ -51,7 +51,10 @@ void data_parallel(engine::Model& model, const DataParallelOptions& options = {}
 // xm.optimizer_step). `stats` (at most kStepStats floats, e.g. the step's loss and correct
 // count) are averaged over ranks with the gradients, in the same all-reduce, and written back.
 // UsageError when the optimizer was built for another model; ShapeError when the ranks' models
-// differ; with one rank it only steps.
+// differ; with one rank it only steps. With one rank, the optimizer may instead step inside the
+// model's backward (engine::Model::setOptimizerInBackward; `xspawn train --nprocs 1` does):
+// optimizer_step then only counts the step. With more ranks that is a UsageError, as the
+// gradients must be all-reduced before the update.
 inline constexpr std::size_t kStepStats = 16;
 void optimizer_step(engine::Model& model, optim::Optimizer& optimizer, std::span<float> stats = {});
 

@@ -15,6 +15,10 @@
 #include "xspawn/engine/params.hpp"
 #include "xspawn/engine/tensor.hpp"
 
+namespace xs::optim {
+class Optimizer;
+}
+
 namespace xs::engine {
 
 // What a Model trains: a network, the per-sample input it takes and the classes it predicts.
@@ -55,7 +59,9 @@ class Model {
   const Tensor& forward(bool train);
   float loss();      // mean cross-entropy of the last forward (label-smoothed when set)
   int correct();     // correct predictions of the last forward
-  void backward();   // accumulates d loss / d params into the gradient buffer
+  // Accumulates d loss / d params into the gradient buffer; with an optimizer in backward, also
+  // makes its step (setOptimizerInBackward).
+  void backward();
 
   // zeroGrad + setBatch + forward(train) + loss + backward.
   StepResult trainStep(const float* images, const std::int32_t* labels, int batch);
@@ -89,6 +95,23 @@ class Model {
   using GradReadyHook = std::function<void(std::size_t offset, std::size_t count)>;
   void setGradReadyHook(GradReadyHook hook) { gradReady_ = std::move(hook); }
 
+  // Makes opt's step inside every backward() from now on (PyTorch's optimizer in backward):
+  // each layer's parameters are updated as soon as backward has made their gradient, while it
+  // is still in cache, and the largest linear layers, in fp32 under SGD, update their weights
+  // as they compute the gradient, which is then never written. The parameters end each
+  // backward() as backward() and opt.step() would leave them, bit for bit, and opt.steps()
+  // counts the step. So:
+  // - each backward() is a whole step: gradients do not accumulate across backwards, and the
+  //   gradient buffer means nothing afterwards (nothing can clip or all-reduce it);
+  // - opt.step() is then a UsageError, and so is backward() with a gradient hook
+  //   (setGradReadyHook, set by xs::data_parallel): several ranks must all-reduce their
+  //   gradients before stepping, so this is for one process;
+  // - a learning-rate schedule sets opt's rate before backward().
+  // opt must be built over this model's parameters (UsageError otherwise); a second call
+  // replaces the first, and null turns it off. Destroying either side turns it off.
+  void setOptimizerInBackward(optim::Optimizer* opt);
+  optim::Optimizer* optimizerInBackward() const { return inBackward_; }
+
   // State a library above the engine keeps with the model (xs::optimizer_step keeps the
   // gradients' shared buffers there); destroyed before the rest of the model.
   struct Attachment {
@@ -113,6 +136,7 @@ class Model {
   bool train_ = false;
   std::uint64_t step_ = 0;
   GradReadyHook gradReady_;
+  optim::Optimizer* inBackward_ = nullptr;
   std::unique_ptr<Attachment> attachment_;  // last: goes first
 };
 

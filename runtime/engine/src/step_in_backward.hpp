@@ -1,0 +1,41 @@
+// step_in_backward.hpp: the optimizer step a Model makes inside its backward
+// (Model::setOptimizerInBackward): which parameter views have been stepped, and the rule a
+// layer may fuse into its own kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "sgd_rule.hpp"
+#include "xspawn/engine/params.hpp"
+#include "xspawn/optim.hpp"
+
+namespace xs::engine::detail {
+
+class StepInBackward {
+ public:
+  // Begins opt's step over params (Optimizer::beginViews).
+  StepInBackward(ParamStore& params, optim::Optimizer& opt);
+  // Steps views [first, last] from the store's gradients, those no kernel stepped itself.
+  void ready(std::size_t first, std::size_t last);
+  // A kernel made view i's step itself.
+  void stepped(std::size_t i) { done_[i] = 1; }
+  // The SGD step a kernel may make itself, or null (another optimizer, or a bf16 mirror to
+  // write as well).
+  const SgdStep* sgd() const { return sgd_.values ? &sgd_ : nullptr; }
+  // Steps the views no module reported, then ends the step (Optimizer::endViews).
+  void finish();
+
+ private:
+  ParamStore& params_;
+  optim::Optimizer& opt_;
+  std::vector<std::uint8_t> done_;
+  SgdStep sgd_{};
+};
+
+// The SGD step an optimizer began in beginViews, when it is optim::SGD and its store keeps no
+// bf16 mirror; values null otherwise (optim.cpp).
+SgdStep fusableSgd(const optim::Optimizer& opt);
+
+}  // namespace xs::engine::detail

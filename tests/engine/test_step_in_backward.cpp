@@ -1,0 +1,213 @@
+// test_step_in_backward.cpp: an optimizer's step made inside the model's backward
+// (Model::setOptimizerInBackward) against backward() then step(): the same parameters, optimizer
+// state and losses, bit for bit, for every built-in optimizer, in fp32 and bf16, through the
+// linear layers that fuse SGD into their gradients' pass (every batch width, ragged rows and
+// columns) and through the view-by-view step of the others; and its misuses, each a UsageError
+// that changes nothing.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops.hpp"
+#include "sgd_rule.hpp"
+#include "test_util.hpp"
+#include "xspawn/error.hpp"
+
+namespace xs::engine {
+namespace {
+
+using MakeOpt = std::function<std::unique_ptr<optim::Optimizer>(Model&)>;
+
+// conv (1 -> c, 3x3, pad 1) on an h x w image, then a linear layer of `hidden` outputs with
+// c * h * w inputs (at least 2^20 weights: linear_rows.cpp's kernels), its input gradient needed
+// by the convolution, then a ReLU and 10 logits.
+struct BigLinear {
+  int c, h, w, hidden;
+};
+
+Network bigLinear(const BigLinear& g) {
+  auto net = std::make_unique<nn::Sequential>();
+  net->add("conv", nn::Conv2d(1, g.c, 3, 1, 1)).add("flat", nn::Flatten());
+  net->add("fc1", nn::Linear(g.c * g.h * g.w, g.hidden)).add("relu", nn::ReLU()).add("fc2", nn::Linear(g.hidden, 10));
+  return Network{std::move(net), Shape{1, g.h, g.w}, 10, "big_linear"};
+}
+
+struct Trained {
+  std::vector<float> values;
+  std::vector<std::vector<float>> state;
+  std::vector<float> losses;
+  std::uint64_t steps = 0;
+};
+
+// `steps` training steps at `batch` on fixed data: backward() then step(), or the step inside
+// backward().
+Trained train(const std::function<Network()>& network, Precision p, const MakeOpt& make, int batch, bool inBackward,
+              int steps = 3) {
+  Device dev(p == Precision::kBf16 ? golden::bf16Options() : DeviceOptions{});
+  Model model(dev, network(), 7);
+  auto opt = make(model);
+  if (inBackward) model.setOptimizerInBackward(opt.get());
+  const auto x = test::pattern(static_cast<std::size_t>(batch) * model.inputShape().numel(), 21);
+  std::vector<std::int32_t> y(batch);
+  for (int i = 0; i < batch; ++i) y[i] = (i * 7) % 10;
+  Trained t;
+  for (int s = 0; s < steps; ++s) {
+    t.losses.push_back(model.trainStep(x.data(), y.data(), batch).loss);
+    if (!inBackward) opt->step();
+  }
+  const ParamStore& ps = model.params();
+  t.values.assign(ps.values(), ps.values() + ps.size());
+  for (auto& [name, tensor] : opt->state()) t.state.emplace_back(tensor->data(), tensor->data() + tensor->numel());
+  t.steps = opt->steps();
+  return t;
+}
+
+void expectSame(const std::function<Network()>& network, Precision p, const MakeOpt& make, int batch) {
+  const Trained after = train(network, p, make, batch, false), inside = train(network, p, make, batch, true);
+  EXPECT_TRUE(test::sameBits(inside.values, after.values)) << "parameters";
+  ASSERT_EQ(inside.state.size(), after.state.size());
+  for (std::size_t i = 0; i < after.state.size(); ++i) EXPECT_TRUE(test::sameBits(inside.state[i], after.state[i]));
+  EXPECT_TRUE(test::sameBits(inside.losses, after.losses)) << "losses";
+  EXPECT_EQ(inside.steps, after.steps);
+}
+
+const std::vector<std::pair<std::string, MakeOpt>>& sgdRules() {
+  static const std::vector<std::pair<std::string, MakeOpt>> rules{
+      {"plain", [](Model& m) { return optim::SGD(m, optim::SgdOptions{0.05f}); }},
+      {"momentum", [](Model& m) { return optim::SGD(m, optim::SgdOptions{0.05f, 0.9f}); }},
+      {"dampening, decay", [](Model& m) { return optim::SGD(m, optim::SgdOptions{0.05f, 0.9f, 0.3f, 1e-3f}); }},
+      {"nesterov, decay", [](Model& m) { return optim::SGD(m, optim::SgdOptions{0.05f, 0.9f, 0.f, 1e-3f, true}); }}};
+  return rules;
+}
+
+TEST(StepInBackward, SgdThroughTheLinearLayersPassIsTheStepAfterBackward) {
+  // Batches of 1 to 4 vectors (the kernels' R = 8 or 6 rows), a short last row group, columns
+  // ragged against the tiles (1,050 = 65 x 16 + 10) and across two column blocks at 3 vectors.
+  const std::vector<std::pair<BigLinear, std::vector<int>>> shapes{{{4, 16, 16, 1030}, {32, 5}},
+                                                                   {{5, 15, 14, 1001}, {64, 40}}};
+  for (const auto& [geom, batches] : shapes)
+    for (int batch : batches)
+      for (Precision p : {Precision::kFp32, Precision::kBf16})
+        for (const auto& [name, make] : sgdRules()) {
+          SCOPED_TRACE(name + ", batch " + std::to_string(batch) + (p == Precision::kBf16 ? ", bf16" : ", fp32") +
+                       ", " + std::to_string(geom.hidden) + " hidden");
+          expectSame([g = geom] { return bigLinear(g); }, p, make, batch);
+        }
+}
+
+TEST(StepInBackward, TheFusedPassRunsWhereTheLayerTakesTheRowsKernels) {
+  // fp32 at AlexNet's classifier shape: linear_rows.cpp's kernels with AVX-512 (the test above
+  // then compares the fused pass); elsewhere the layer steps its weights from their gradient.
+  Device dev;
+  const int batch = 32, in = 1024, out = 1030;
+  auto x = test::pattern(static_cast<std::size_t>(batch) * in, 1), dy = test::pattern(static_cast<std::size_t>(batch) * out, 2);
+  std::vector<float> w = test::pattern(static_cast<std::size_t>(out) * in, 3), m(w.size(), 0.f), dx(x.size()), db(out);
+  const detail::SgdStep step{detail::Sgd::kMomentum, w.data(), m.data(), detail::SgdArgs{0.1f, 0.f, 0.f, 1.f, 0.9f}};
+  const bool fused = linearBackwardStepped(dev, dx.data(), db.data(), dy.data(), x.data(), batch, in, out, step, 0);
+  EXPECT_EQ(fused, cpuHasAvx512() && gemmBackend() == GemmBackend::kOneDnn);
+  // The momentum buffer then holds the gradient (the first step's), which linearWeightGradientRows makes.
+  if (fused) {
+    std::vector<float> g(w.size());
+    linearWeightGradientRows(g.data(), dy.data(), x.data(), batch, in, out, true);
+    EXPECT_TRUE(test::sameBits(m, g));
+  }
+}
+
+TEST(StepInBackward, EveryOptimizerStepsInsideBackwardAsAfterIt) {
+  const std::vector<std::pair<std::string, MakeOpt>> rules{
+      {"momentum", [](Model& m) { return optim::SGD(m, optim::SgdOptions{0.05f, 0.9f}); }},
+      {"adam", [](Model& m) { return optim::Adam(m, optim::AdamOptions{1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f}); }},
+      {"adamw", [](Model& m) { return optim::AdamW(m); }},
+      {"adadelta", [](Model& m) { return optim::Adadelta(m, optim::AdadeltaOptions{1.f, 0.9f, 1e-6f, 1e-4f}); }}};
+  for (const char* name : {"mlp", "lenet5", "convnet"})
+    for (Precision p : {Precision::kFp32, Precision::kBf16})
+      for (const auto& [rule, make] : rules) {
+        SCOPED_TRACE(std::string(name) + ", " + rule + (p == Precision::kBf16 ? ", bf16" : ", fp32"));
+        models::ModelConfig c;
+        c.name = name;
+        expectSame([c] { return models::network(c); }, p, make, 16);
+      }
+}
+
+TEST(StepInBackward, GradientsDoNotAccumulateAcrossBackwards) {
+  // Without zeroGrad in between, each backward() is still one whole step.
+  models::ModelConfig c;
+  Device dev;
+  Model a(dev, models::network(c), 3), b(dev, models::network(c), 3);
+  auto oa = optim::SGD(a, optim::SgdOptions{0.05f, 0.9f}), ob = optim::SGD(b, optim::SgdOptions{0.05f, 0.9f});
+  b.setOptimizerInBackward(ob.get());
+  const auto x = test::pattern(8 * a.inputShape().numel(), 4);
+  const std::vector<std::int32_t> y{1, 2, 3, 4, 5, 6, 7, 8};
+  for (int s = 0; s < 2; ++s) {
+    a.trainStep(x.data(), y.data(), 8);
+    oa->step();
+    b.setBatch(x.data(), y.data(), 8);
+    b.forward(true);
+    b.loss();
+    b.backward();
+  }
+  const ParamStore &pa = a.params(), &pb = b.params();
+  EXPECT_TRUE(test::sameBits({pa.values(), pa.values() + pa.size()}, {pb.values(), pb.values() + pb.size()}));
+  EXPECT_EQ(ob->steps(), 2u);
+}
+
+// An optimizer of one's own that steps only all at once.
+class WholeOnly : public optim::Optimizer {
+ public:
+  explicit WholeOnly(ParamStore& ps) : Optimizer(ps) {}
+  void step() override { ++steps_; }
+  const char* kind() const override { return "whole-only"; }
+};
+
+TEST(StepInBackward, MisusesAreUsageErrorsThatChangeNothing) {
+  models::ModelConfig c;
+  Device dev;
+  Model model(dev, models::network(c), 3), other(dev, models::network(c), 3);
+  const auto x = test::pattern(4 * model.inputShape().numel(), 5);
+  const std::vector<std::int32_t> y{1, 2, 3, 4};
+  const ParamStore& ps = model.params();
+  const std::vector<float> before(ps.values(), ps.values() + ps.size());
+  auto unchanged = [&] { return test::sameBits(before, {ps.values(), ps.values() + ps.size()}); };
+
+  auto foreign = optim::SGD(other);
+  EXPECT_THROW(model.setOptimizerInBackward(foreign.get()), UsageError);
+  EXPECT_EQ(model.optimizerInBackward(), nullptr);
+
+  auto opt = optim::SGD(model, optim::SgdOptions{0.1f, 0.9f});
+  model.setOptimizerInBackward(opt.get());
+  EXPECT_TRUE(opt->inBackward());
+  EXPECT_THROW(opt->step(), UsageError);  // backward() already steps it
+  model.setGradReadyHook([](std::size_t, std::size_t) {});
+  EXPECT_THROW(model.trainStep(x.data(), y.data(), 4), UsageError);  // ranks all-reduce first
+  EXPECT_TRUE(unchanged());
+  EXPECT_EQ(opt->steps(), 0u);
+  model.setGradReadyHook({});
+
+  WholeOnly whole(model.params());
+  model.setOptimizerInBackward(&whole);  // replaces opt
+  EXPECT_FALSE(opt->inBackward());
+  EXPECT_THROW(model.trainStep(x.data(), y.data(), 4), UsageError);  // it cannot step view by view
+  EXPECT_TRUE(unchanged());
+
+  model.setOptimizerInBackward(opt.get());
+  opt.reset();  // destroying the optimizer turns it off
+  EXPECT_EQ(model.optimizerInBackward(), nullptr);
+  model.setOptimizerInBackward(nullptr);
+  EXPECT_FALSE(whole.inBackward());
+}
+
+TEST(StepInBackward, DestroyingTheModelTurnsItOff) {
+  models::ModelConfig c;
+  Device dev;
+  auto model = std::make_unique<Model>(dev, models::network(c), 3);
+  auto opt = optim::SGD(*model);
+  model->setOptimizerInBackward(opt.get());
+  model.reset();
+  EXPECT_FALSE(opt->inBackward());
+}
+
+}  // namespace
+}  // namespace xs::engine
