@@ -99,6 +99,7 @@ Vec weightGradReference(const Case& c, const Vec& dy, const Vec& x, Vec dw, bool
 }
 
 TEST(LinearRows, WeightGradientKernelAndLoopMatchTheirScalarSumsBitForBit) {
+  Device dev;
   for (const Case& c : kCases)
     for (bool portable : {false, true})
       for (bool overwrite : {true, false}) {
@@ -107,7 +108,7 @@ TEST(LinearRows, WeightGradientKernelAndLoopMatchTheirScalarSumsBitForBit) {
                   before = test::pattern(static_cast<std::size_t>(c.out) * c.in, 16);
         Vec dw = before;
         linearRowsPortableSlot() = portable;
-        linearWeightGradientRows(dw.data(), dy.data(), x.data(), c.batch, c.in, c.out, overwrite);
+        linearWeightGradientRows(dev, dw.data(), dy.data(), x.data(), c.batch, c.in, c.out, overwrite);
         linearRowsPortableSlot() = false;
         EXPECT_EQ(dw, weightGradReference(c, dy, x, before, overwrite))
             << c.batch << "x" << c.in << " -> " << c.out << (portable ? " portable" : " vector")

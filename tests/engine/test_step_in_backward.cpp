@@ -111,7 +111,7 @@ TEST(StepInBackward, TheFusedPassRunsWhereTheLayerTakesTheRowsKernels) {
   // The momentum buffer then holds the gradient (the first step's), which linearWeightGradientRows makes.
   if (fused) {
     std::vector<float> g(w.size());
-    linearWeightGradientRows(g.data(), dy.data(), x.data(), batch, in, out, true);
+    linearWeightGradientRows(dev, g.data(), dy.data(), x.data(), batch, in, out, true);
     EXPECT_TRUE(test::sameBits(m, g));
   }
 }

@@ -58,7 +58,8 @@ void linearForwardRows(Device& dev, float* y, const float* x, const float* w, co
 void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float* w, int batch, int in, int out);
 // Its weight gradient, for the same layers: dw [out, in] = (or +=) dy^T x, every sum from zero in
 // order of b.
-void linearWeightGradientRows(float* dw, const float* dy, const float* x, int batch, int in, int out, bool overwrite);
+void linearWeightGradientRows(Device& dev, float* dw, const float* dy, const float* x, int batch, int in, int out,
+                              bool overwrite);
 // Both gradients and an SGD step of the weights in one pass, their gradient never written: dx
 // (skipped when null) as linearDataGradientRows makes it from the weights before the step, and
 // the weights at `offset` into step's values updated from linearWeightGradientRows' gradient, as

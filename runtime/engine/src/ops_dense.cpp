@@ -185,7 +185,7 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
   }
   // dw [O, I] (+)= dy^T [O, B] * x [B, I]
   if (emulated) gemmOfRounded(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
-  else if (linearRows(dev, false, B, I, O)) linearWeightGradientRows(dw, dy, x, B, I, O, overwrite);
+  else if (linearRows(dev, false, B, I, O)) linearWeightGradientRows(dev, dw, dy, x, B, I, O, overwrite);
   else gemm(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
   if (!dx) return;
   // dx [B, I] = dy [B, O] * w [O, I]

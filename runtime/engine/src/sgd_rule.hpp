@@ -1,7 +1,8 @@
-// sgd_rule.hpp: torch.optim.SGD's update of one value (or one vector of them), the one source of
-// the rule for the optimizer's loops (optim.cpp) and for the kernels that update weights as they
-// make their gradient (linear_rows.cpp). Both files are built with -ffp-contract=off, so each
-// operation rounds once, as written, and both give the same bits.
+// sgd_rule.hpp: torch.optim.SGD's update of one vector of values, for the kernels that update
+// weights as they make their gradient (linear_rows.cpp): the same operations in the same order as
+// the optimizer's own loops (optim.cpp's sgdBody, which GCC vectorizes at full width only when
+// written over scalars). Both files are built with -ffp-contract=off, so each operation rounds
+// once, as written, and both give the same bits (test_step_in_backward.cpp checks them).
 #pragma once
 
 namespace xs::engine::detail {
@@ -12,11 +13,11 @@ struct SgdArgs {
   float lr, wd, keep, take, mu;  // buf = keep * buf + take * d; Nesterov steps along d + mu * buf
 };
 
-// p updated from its gradient g; buf is its momentum (unused by kPlain). T is float or a GCC
-// vector of floats (__m512), the arguments broadcast; all by reference, so a vector crosses no
-// call (the kernels that use it are compiled for AVX-512 and the rest not).
+// p updated from its gradient g; buf is its momentum (unused by kPlain). T is a GCC vector of
+// floats (__m512), the arguments broadcast; by reference, so a vector crosses no call (the
+// kernels that use it are compiled for AVX-512 and the rest of the file not).
 template <Sgd kRule, class T>
-[[gnu::always_inline]] inline void sgdUpdate(T& p, T& buf, const T& g, const SgdArgs& a) {
+[[gnu::always_inline]] inline void sgdUpdate(T& p, T& buf, const T& g, SgdArgs a) {
   const T d = g + a.wd * p;
   if constexpr (kRule == Sgd::kPlain) {
     p = p - a.lr * d;
