@@ -6,6 +6,7 @@
 //   ./alexnet                                       # the seed's run
 //   ./alexnet --nprocs 2 --image-size 64 --max-steps 5 --precision bf16
 //   ./alexnet --huge-pages 0                        # the device memory on 4 KiB pages
+//   ./alexnet --nprocs 1 --step-in-backward 1       # alone: Adam's step inside backward
 #include <chrono>
 #include <cstdio>
 
@@ -45,6 +46,12 @@ void map_fn(int index, const xs::Flags& flags) {
   // The network is the built-in one: an ordinary function building xs::nn layers.
   xs::engine::Model model(device, {xs::models::alexnet(3, 10), {3, size, size}, 10, "alexnet"}, seed);
   auto optimizer = xs::optim::Adam(model, {.lr = 1e-3f});
+  // Alone, the step can be made inside backward, each layer's while its gradient is in cache (the
+  // same bits; optimizer_step then only counts it). With several ranks optimizer_step refuses
+  // it: their gradients must be all-reduced first.
+  if (flags.get("step-in-backward", 0) != 0) model.setOptimizerInBackward(optimizer.get());
+  if (xs::is_master_ordinal())
+    std::printf("optimizer step: %s backward\n", optimizer->inBackward() ? "inside" : "after");
 
   data::TransformConfig t;
   t.resize = size;

@@ -62,8 +62,11 @@ step "seed 002's example for a few steps, and seed 000's under the installed xsp
 "$work/examples/mnist" --nprocs 2 --epochs 1 --max-steps 5 | grep '"nprocs": 2'
 "$prefix/bin/xspawn" --nprocs 2 -q run -- "$work/examples/alexnet" --image-size 64 --max-steps 2 --batch-size 8 \
   | grep "master's share"
-"$work/examples/alexnet" --nprocs 1 --image-size 64 --max-steps 1 --batch-size 8 --huge-pages 0 \
-  | grep "advised for 2 MiB pages: no"
+alone=$("$work/examples/alexnet" --nprocs 1 --image-size 64 --max-steps 1 --batch-size 8 --huge-pages 0 \
+  --step-in-backward 1)
+grep "advised for 2 MiB pages: no" <<< "$alone"
+grep "optimizer step: inside backward" <<< "$alone"
+grep "master's share" <<< "$alone"
 
 step "the custom network: resumed from its checkpoint, the same weights as without a stop"
 ck="$work/ck.xsckpt"
