@@ -93,7 +93,8 @@ TEST(TrainApi, OptimizerInBackwardGivesTheSameBitsAloneAndIsRefusedWithTwoRanks)
         const data::Dataset d = tinyData();
         engine::Device dev(device_options());
         engine::Model after(dev, tinyNet(), 5), inside(dev, tinyNet(), 5);
-        auto o1 = optim::SGD(after, {.lr = 0.1f, .momentum = 0.9f}), o2 = optim::SGD(inside, {.lr = 0.1f, .momentum = 0.9f});
+        auto o1 = optim::SGD(after, {.lr = 0.1f, .momentum = 0.9f});
+        auto o2 = optim::SGD(inside, {.lr = 0.1f, .momentum = 0.9f});
         inside.setOptimizerInBackward(o2.get());
         const std::uint64_t want = train(after, *o1, d, 0, 4);
         if (train(inside, *o2, d, 0, 4) != want) return 10;

@@ -199,7 +199,8 @@ constexpr Case kAllCases[] = {{"mlp", 64, 0, 50},      {"lenet5", 64, 0, 50},  {
 
 int runAll(const Args& base) {
   fmt::print("engine bench --all: one core, forward + backward + SGD step {} backward; bf16 is {} here "
-             "(XS_ENGINE_BF16); median step of each row's thread CPU time\n", stepWhere(base), bf16ModeName(bf16Mode()));
+             "(XS_ENGINE_BF16); median step of each row's thread CPU time\n",
+             stepWhere(base), bf16ModeName(bf16Mode()));
   fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9} {:>9} {:>8} {:>7}  {:<28} {:>9}\n", "model", "batch", "image", "prec",
              "images/s", "ms/step", "GFLOP/s", "% peak", "peak (GFLOP/s, unit)", "bf16/fp32");
   nlohmann::json rows = nlohmann::json::array();

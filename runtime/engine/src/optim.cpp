@@ -71,21 +71,31 @@ Tensor zeros(Device& dev, std::size_t n, const char* what) {
 #define XS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #define XS_INLINE [[gnu::always_inline]] inline
 
+// A mirror of more values than this is written past the cache: read by the next forward only
+// after the rest of the step has evicted it, its lines would be read from memory first (read for
+// ownership) just to be overwritten. The loops then round a block into a buffer on the stack and
+// stream it out (streamOut). A step view by view (inside backward) decides by the whole store too.
+constexpr std::size_t kStreamValues = std::size_t{4} << 20;  // 16 MiB of floats, 8 MiB of bits
+constexpr std::size_t kBlockValues = 2048;                   // 8 KiB of floats: stays in L1
+
 // What a loop writes beside each new value.
 enum class Mirror { kNone, kRounded, kBits };
 struct MirrorOut {
   Mirror kind;
   void* data;
+  bool streamed;  // past the cache
 };
-MirrorOut mirrorOf(const ParamStoreAccess::Update& u) {
-  if (u.bits) return {Mirror::kBits, u.bits};
-  return u.rounded ? MirrorOut{Mirror::kRounded, u.rounded} : MirrorOut{Mirror::kNone, nullptr};
+// The mirror of a step over a store of `values` floats.
+MirrorOut mirrorOf(const ParamStoreAccess::Update& u, std::size_t values) {
+  const bool streamed = values >= kStreamValues;
+  if (u.bits) return {Mirror::kBits, u.bits, streamed};
+  return u.rounded ? MirrorOut{Mirror::kRounded, u.rounded, streamed} : MirrorOut{Mirror::kNone, nullptr, false};
 }
 
 // The mirror from value `offset` on (a view's step inside backward).
 MirrorOut mirrorAt(MirrorOut r, std::size_t offset) {
-  if (r.kind == Mirror::kBits) return {r.kind, static_cast<std::uint16_t*>(r.data) + offset};
-  if (r.kind == Mirror::kRounded) return {r.kind, static_cast<float*>(r.data) + offset};
+  if (r.kind == Mirror::kBits) return {r.kind, static_cast<std::uint16_t*>(r.data) + offset, r.streamed};
+  if (r.kind == Mirror::kRounded) return {r.kind, static_cast<float*>(r.data) + offset, r.streamed};
   return r;
 }
 
@@ -97,28 +107,28 @@ XS_INLINE void put(float* p, void* r, std::size_t i, float v) {
   if constexpr (kM == Mirror::kBits) static_cast<std::uint16_t*>(r)[i] = engine::toBf16Bits(v);
 }
 
-// A mirror of more values than this is written past the cache: read by the next forward only
-// after the rest of the step has evicted it, its lines would be read from memory first (read for
-// ownership) just to be overwritten. The loops then round a block into a buffer on the stack and
-// stream it out (streamOut).
-constexpr std::size_t kStreamValues = std::size_t{4} << 20;  // 16 MiB of floats, 8 MiB of bits
-constexpr std::size_t kBlockValues = 2048;                   // 8 KiB of floats: stays in L1
+// The bytes before dst's first `align`-byte boundary (a view's bits start 32-byte aligned).
+std::size_t headTo(const char* dst, std::size_t align, std::size_t bytes) {
+  return std::min(bytes, (align - reinterpret_cast<std::uintptr_t>(dst) % align) % align);
+}
 
 __attribute__((target("avx512f"))) void streamOutAvx512(char* dst, const char* src, std::size_t bytes) {
-  std::size_t i = 0;
+  std::size_t i = headTo(dst, 64, bytes);
+  std::memcpy(dst, src, i);
   for (; i + 64 <= bytes; i += 64)
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_load_si512(src + i));
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
   std::memcpy(dst + i, src + i, bytes - i);
 }
 
 void streamOutSse(char* dst, const char* src, std::size_t bytes) {
-  std::size_t i = 0;
+  std::size_t i = headTo(dst, 16, bytes);
+  std::memcpy(dst, src, i);
   for (; i + 16 <= bytes; i += 16)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_load_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
   std::memcpy(dst + i, src + i, bytes - i);
 }
 
-// dst (64-byte aligned) = src (aligned), with non-temporal stores.
+// dst = src, with non-temporal stores from dst's first aligned byte on.
 void streamOut(void* dst, const void* src, std::size_t bytes) {
   (engine::cpuHasAvx512() ? streamOutAvx512 : streamOutSse)(static_cast<char*>(dst), static_cast<const char*>(src),
                                                              bytes);
@@ -128,12 +138,12 @@ template <Mirror kM>
 using MirrorKind = std::integral_constant<Mirror, kM>;
 
 // Runs body(MirrorKind<kind>, offset, count, mirror) over [0, n) for the store's mirror r: on the
-// whole range, or with a large mirror in blocks whose rounding goes to a stack buffer and is
-// streamed into r.
+// whole range, or with a mirror streamed past the cache in blocks whose rounding goes to a stack
+// buffer and is streamed into r.
 template <Mirror kM, class Body>
-XS_INLINE void inBlocks(void* r, std::size_t n, Body body) {
+XS_INLINE void inBlocks(void* r, std::size_t n, bool streamed, Body body) {
   constexpr std::size_t kSize = kM == Mirror::kBits ? 2 : 4;
-  if (n < kStreamValues) return body(MirrorKind<kM>{}, 0, n, r);
+  if (!streamed) return body(MirrorKind<kM>{}, 0, n, r);
   alignas(64) float block[kBlockValues];
   for (std::size_t o = 0; o < n; o += kBlockValues) {
     const std::size_t len = std::min(kBlockValues, n - o);
@@ -147,8 +157,8 @@ template <class Body>
 XS_INLINE void withMirror(MirrorOut r, std::size_t n, Body body) {
   switch (r.kind) {
     case Mirror::kNone: return body(MirrorKind<Mirror::kNone>{}, 0, n, nullptr);
-    case Mirror::kRounded: return inBlocks<Mirror::kRounded>(r.data, n, body);
-    case Mirror::kBits: return inBlocks<Mirror::kBits>(r.data, n, body);
+    case Mirror::kRounded: return inBlocks<Mirror::kRounded>(r.data, n, r.streamed, body);
+    case Mirror::kBits: return inBlocks<Mirror::kBits>(r.data, n, r.streamed, body);
   }
 }
 
@@ -249,6 +259,11 @@ XS_CLONES void adadeltaLoop(float* p, MirrorOut r, float* sq, float* acc, const 
   });
 }
 
+// The mirror of a step's target (ParamStoreAccess::target) from value `offset` on.
+MirrorOut mirrorFrom(const ParamStoreAccess::Update& target, const ParamStore& ps, std::size_t offset) {
+  return mirrorAt(mirrorOf(target, ps.size()), offset);
+}
+
 using SgdLoop = void (*)(float*, MirrorOut, float*, const float*, std::size_t, const SgdArgs&);
 
 class SgdRule : public Optimizer {
@@ -267,7 +282,7 @@ class SgdRule : public Optimizer {
     checkNotInBackward("step()");
     const auto u = ParamStoreAccess::update(params_);
     begin();
-    loop_(u.values, mirrorOf(u), buf_, params_.grads(), params_.size(), args_);
+    loop_(u.values, mirrorOf(u, params_.size()), buf_, params_.grads(), params_.size(), args_);
     ++steps_;
   }
   // The step a kernel may fuse: between beginViews and endViews, with no mirror to write.
@@ -281,7 +296,7 @@ class SgdRule : public Optimizer {
     if (!target_.rounded && !target_.bits) fusable_ = SgdStep{rule, target_.values, buf_, args_};
   }
   void stepView(std::size_t offset, std::size_t count, const float* grad) override {
-    loop_(target_.values + offset, mirrorAt(mirrorOf(target_), offset), buf_ ? buf_ + offset : nullptr, grad, count,
+    loop_(target_.values + offset, mirrorFrom(target_, params_, offset), buf_ ? buf_ + offset : nullptr, grad, count,
           args_);
   }
   void endViews() override {
@@ -339,7 +354,7 @@ class AdamRule : public Optimizer {
   void stepView(std::size_t offset, std::size_t count, const float* grad) override {
     // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled), in its
     // own instance of the loop so Adam's stays as it was.
-    (decoupled_ ? adamWLoop : adamLoop)(target_.values + offset, mirrorAt(mirrorOf(target_), offset),
+    (decoupled_ ? adamWLoop : adamLoop)(target_.values + offset, mirrorFrom(target_, params_, offset),
                                         state_[0].second.data() + offset, state_[1].second.data() + offset, grad,
                                         count, args_);
   }
@@ -386,7 +401,7 @@ class AdadeltaRule : public Optimizer {
  protected:
   void beginViews() override { target_ = ParamStoreAccess::target(params_); }
   void stepView(std::size_t offset, std::size_t count, const float* grad) override {
-    adadeltaLoop(target_.values + offset, mirrorAt(mirrorOf(target_), offset), state_[0].second.data() + offset,
+    adadeltaLoop(target_.values + offset, mirrorFrom(target_, params_, offset), state_[0].second.data() + offset,
                  state_[1].second.data() + offset, grad, count, AdadeltaArgs{o_.rho, o_.eps, o_.weightDecay, lr_});
   }
   void endViews() override {
