@@ -1,6 +1,6 @@
 // test_step_in_backward.cpp: an optimizer's step made inside the model's backward
 // (Model::setOptimizerInBackward) against backward() then step(): the same parameters, optimizer
-// state and losses, bit for bit, for every built-in optimizer, in fp32 and bf16, through the
+// state and losses, bit for bit, for every built-in optimizer, in fp32 and both bf16s, through the
 // linear layers that fuse SGD into their gradients' pass (every batch width, ragged rows and
 // columns) and through the view-by-view step of the others; and its misuses, each a UsageError
 // that changes nothing.
@@ -23,15 +23,17 @@ using MakeOpt = std::function<std::unique_ptr<optim::Optimizer>(Model&)>;
 
 // conv (1 -> c, 3x3, pad 1) on an h x w image, then a linear layer of `hidden` outputs with
 // c * h * w inputs (at least 2^20 weights: linear_rows.cpp's kernels), its input gradient needed
-// by the convolution, then a ReLU and 10 logits.
+// by the convolution, then a ReLU and 10 logits. c = 0: no convolution, so the linear layer is
+// the first with parameters and makes no input gradient.
 struct BigLinear {
   int c, h, w, hidden;
 };
 
 Network bigLinear(const BigLinear& g) {
   auto net = std::make_unique<nn::Sequential>();
-  net->add("conv", nn::Conv2d(1, g.c, 3, 1, 1)).add("flat", nn::Flatten());
-  net->add("fc1", nn::Linear(g.c * g.h * g.w, g.hidden)).add("relu", nn::ReLU()).add("fc2", nn::Linear(g.hidden, 10));
+  if (g.c > 0) net->add("conv", nn::Conv2d(1, g.c, 3, 1, 1));
+  net->add("flat", nn::Flatten());
+  net->add("fc1", nn::Linear(std::max(g.c, 1) * g.h * g.w, g.hidden)).add("relu", nn::ReLU()).add("fc2", nn::Linear(g.hidden, 10));
   return Network{std::move(net), Shape{1, g.h, g.w}, 10, "big_linear"};
 }
 
@@ -65,7 +67,18 @@ Trained train(const std::function<Network()>& network, Precision p, const MakeOp
   return t;
 }
 
-void expectSame(const std::function<Network()>& network, Precision p, const MakeOpt& make, int batch) {
+// fp32, bf16 as this CPU runs it (native bits mirror with AMX or AVX512-BF16) and emulated bf16
+// (the rounded floats mirror).
+struct Mode {
+  Precision precision;
+  bool emulated;
+  std::string name() const { return precision == Precision::kFp32 ? "fp32" : emulated ? "emulated bf16" : "bf16"; }
+};
+const Mode kModes[] = {{Precision::kFp32, false}, {Precision::kBf16, false}, {Precision::kBf16, true}};
+
+void expectSame(const std::function<Network()>& network, Mode m, const MakeOpt& make, int batch) {
+  test::ModeScope scope(m.emulated ? Bf16Mode::kEmulated : bf16Mode());
+  const Precision p = m.precision;
   const Trained after = train(network, p, make, batch, false), inside = train(network, p, make, batch, true);
   EXPECT_TRUE(test::sameBits(inside.values, after.values)) << "parameters";
   ASSERT_EQ(inside.state.size(), after.state.size());
@@ -88,15 +101,18 @@ TEST(StepInBackward, SgdThroughTheLinearLayersPassIsTheStepAfterBackward) {
   // ragged against the tiles (1,050 = 65 x 16 + 10) and across two column blocks at 3 vectors.
   // The last: over 4M parameters, so bf16's mirror is streamed past the cache view by view, the
   // linear layer's bits from 32 bytes off a cache line (after the convolution's 4 + 1 blocks of 16).
-  const std::vector<std::pair<BigLinear, std::vector<int>>> shapes{
-      {{4, 16, 16, 1030}, {32, 5}}, {{5, 15, 14, 1001}, {64, 40}}, {{6, 20, 20, 1800}, {16}}};
+  // And a linear layer that makes no input gradient.
+  const std::vector<std::pair<BigLinear, std::vector<int>>> shapes{{{4, 16, 16, 1030}, {32, 5}},
+                                                                   {{5, 15, 14, 1001}, {64, 40}},
+                                                                   {{6, 20, 20, 1800}, {16}},
+                                                                   {{0, 32, 32, 1030}, {24}}};
   for (const auto& [geom, batches] : shapes)
     for (int batch : batches)
-      for (Precision p : {Precision::kFp32, Precision::kBf16})
+      for (const Mode& m : kModes)
         for (const auto& [name, make] : sgdRules()) {
-          SCOPED_TRACE(name + ", batch " + std::to_string(batch) + (p == Precision::kBf16 ? ", bf16" : ", fp32") +
-                       ", " + std::to_string(geom.hidden) + " hidden");
-          expectSame([g = geom] { return bigLinear(g); }, p, make, batch);
+          SCOPED_TRACE(name + ", batch " + std::to_string(batch) + ", " + m.name() + ", " +
+                       std::to_string(geom.hidden) + " hidden");
+          expectSame([g = geom] { return bigLinear(g); }, m, make, batch);
         }
 }
 
@@ -131,10 +147,10 @@ TEST(StepInBackward, EveryOptimizerStepsInsideBackwardAsAfterIt) {
     networks.emplace_back(name, [name] { return models::network(models::ModelConfig{.name = name}); });
   networks.emplace_back("4M parameters", [] { return bigLinear({6, 20, 20, 1800}); });
   for (const auto& [name, network] : networks)
-    for (Precision p : {Precision::kFp32, Precision::kBf16})
+    for (const Mode& m : kModes)
       for (const auto& [rule, make] : rules) {
-        SCOPED_TRACE(name + ", " + rule + (p == Precision::kBf16 ? ", bf16" : ", fp32"));
-        expectSame(network, p, make, 16);
+        SCOPED_TRACE(name + ", " + rule + ", " + m.name());
+        expectSame(network, m, make, 16);
       }
 }
 

@@ -293,7 +293,7 @@ class SgdRule : public Optimizer {
     target_ = ParamStoreAccess::target(params_);
     begin();
     const Sgd rule = !buf_ ? Sgd::kPlain : o_.nesterov ? Sgd::kNesterov : Sgd::kMomentum;
-    if (!target_.rounded && !target_.bits) fusable_ = SgdStep{rule, target_.values, buf_, args_};
+    fusable_ = !target_.rounded && !target_.bits ? SgdStep{rule, target_.values, buf_, args_} : SgdStep{};
   }
   void stepView(std::size_t offset, std::size_t count, const float* grad) override {
     loop_(target_.values + offset, mirrorFrom(target_, params_, offset), buf_ ? buf_ + offset : nullptr, grad, count,

@@ -108,7 +108,8 @@ class Model {
   //   gradients before stepping, so this is for one process;
   // - a learning-rate schedule sets opt's rate before backward().
   // opt must be built over this model's parameters (UsageError otherwise); a second call
-  // replaces the first, and null turns it off. Destroying either side turns it off.
+  // replaces the first, and null turns it off. Destroying either side turns it off. A backward()
+  // that throws part of the way leaves the step made for the layers it reached.
   void setOptimizerInBackward(optim::Optimizer* opt);
   optim::Optimizer* optimizerInBackward() const { return inBackward_; }
 
