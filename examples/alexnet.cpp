@@ -12,6 +12,7 @@
 
 #include <xspawn/data/catalog.hpp>
 #include <xspawn/data/loader.hpp>
+#include <xspawn/error.hpp>
 #include <xspawn/models.hpp>
 #include <xspawn/optim.hpp>
 #include <xspawn/train.hpp>
@@ -49,7 +50,10 @@ void map_fn(int index, const xs::Flags& flags) {
   // Alone, the step can be made inside backward, each layer's while its gradient is in cache (the
   // same bits; optimizer_step then only counts it). With several ranks optimizer_step refuses
   // it: their gradients must be all-reduced first.
-  if (flags.get("step-in-backward", 0) != 0) model.setOptimizerInBackward(optimizer.get());
+  if (flags.get("step-in-backward", 0) != 0) {
+    XS_CHECK(xs::world_size() == 1, xs::UsageError, "--step-in-backward 1 needs --nprocs 1: ranks all-reduce first");
+    model.setOptimizerInBackward(optimizer.get());
+  }
   if (xs::is_master_ordinal())
     std::printf("optimizer step: %s backward\n", optimizer->inBackward() ? "inside" : "after");
 

@@ -138,7 +138,7 @@ class Scale : public nn::Module {
       dx_.data()[i] = dy.data()[i] * s[i % features_];
       ds.data[i % features_] += dy.data()[i] * x_->data()[i];
     }
-    ctx.gradsReady(w_, w_);
+    ctx.gradsReady(w_, w_);  // after the last read of s: an optimizer in backward steps it here
     return dx_;
   }
 

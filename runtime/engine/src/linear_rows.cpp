@@ -333,6 +333,11 @@ bool& linearRowsPortableSlot() {
   return portable;
 }
 
+std::uint64_t& linearStepsFused() {
+  static std::uint64_t count = 0;
+  return count;
+}
+
 bool useLinearRows(int batch, int in, int out) {
   return cpuHasAvx512() && batch > 0 && batch <= kMaxBatch && static_cast<long long>(in) * out >= (1ll << 20);
 }
@@ -400,6 +405,7 @@ bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float
     default: backwardWithStep<4>(dxT, dyT, xp, batch, in, out, step, offset); break;
   }
   if (dx) fromColumns(dev, dx, dxT, batch, in, width);
+  ++linearStepsFused();
   return true;
 }
 

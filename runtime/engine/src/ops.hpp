@@ -69,6 +69,8 @@ bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float
                             const detail::SgdStep& step, std::size_t offset);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& linearRowsPortableSlot();
+// Tests: how many times linearBackwardWithStep has made a layer's backward and step.
+std::uint64_t& linearStepsFused();
 // Native bf16 on AMX (linear_amx.cpp), from bf16 bits into float32; each returns false (nothing
 // done) where oneDNN runs no AMX kernels or the shape does not fit its tiles:
 // dw [O, I] (+)= dy^T [O, B] x [B, I], overwritten or added to (O a multiple of 16, I of 64);

@@ -46,7 +46,8 @@ void Optimizer::checkNotInBackward(const char* call) const {
 namespace {
 [[noreturn]] void noViews(const Optimizer& o) {
   XS_THROW(UsageError, std::string("the ") + o.kind() + " optimizer cannot step inside backward: it makes its "
-                           "step only all at once (override beginViews, stepView and endViews)");
+                           "step only all at once (an optimizer of one's own: override stepsByViews, beginViews, "
+                           "stepView and endViews); step it after backward instead");
 }
 }  // namespace
 
@@ -278,6 +279,7 @@ class SgdRule : public Optimizer {
     if (o.momentum > 0.f) state_.emplace_back("momentum_buffer", zeros(dev, n, "SGD momentum"));
   }
   const char* kind() const override { return "sgd"; }
+  bool stepsByViews() const override { return true; }
   void step() override {
     checkNotInBackward("step()");
     const auto u = ParamStoreAccess::update(params_);
@@ -337,6 +339,7 @@ class AdamRule : public Optimizer {
     state_.emplace_back("exp_avg_sq", zeros(dev, n, "Adam second moment"));
   }
   const char* kind() const override { return decoupled_ ? "adamw" : "adam"; }
+  bool stepsByViews() const override { return true; }
   void step() override {
     checkNotInBackward("step()");
     begin();
@@ -390,6 +393,7 @@ class AdadeltaRule : public Optimizer {
     state_.emplace_back("acc_delta", zeros(dev, ps.size(), "Adadelta accumulated update"));
   }
   const char* kind() const override { return "adadelta"; }
+  bool stepsByViews() const override { return true; }
   void step() override {
     checkNotInBackward("step()");
     const float* g = params_.grads();

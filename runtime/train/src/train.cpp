@@ -43,7 +43,7 @@ void optimizer_step(engine::Model& model, optim::Optimizer& optimizer, std::span
                        "not for model '{}' ({} floats): build it from this model, e.g. optim::SGD(model, ...)",
                        optimizer.kind(), optimizer.params().size(), model.name(), model.params().size()));
   XS_CHECK(!optimizer.inBackward() || xs::world_size() == 1, UsageError,
-           fmt::format("optimizer_step: the {} optimizer steps inside model '{}''s backward "
+           fmt::format("optimizer_step: the {} optimizer steps inside the backward of model '{}' "
                        "(Model::setOptimizerInBackward), which only a job of one rank can do: {} ranks must "
                        "all-reduce their gradients before the update; call setOptimizerInBackward(nullptr)",
                        optimizer.kind(), model.name(), xs::world_size()));

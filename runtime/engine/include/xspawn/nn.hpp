@@ -41,8 +41,9 @@ struct Context {
   // the engine's own layers may fuse into their kernels; null otherwise.
   engine::detail::StepInBackward* stepInBackward = nullptr;
   // Reports the gradients of parameter views [first, last] (registered consecutively) as final:
-  // a module's backward calls it once its gradients are written (the gradient hook sees them,
-  // and an optimizer in backward steps those views from them).
+  // a module's backward calls it once its gradients are written and it has read those
+  // parameters for the last time in this backward (the gradient hook sees the gradients, and an
+  // optimizer in backward steps the views from them at once).
   void gradsReady(std::size_t first, std::size_t last) const;
 };
 

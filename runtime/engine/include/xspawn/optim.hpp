@@ -46,8 +46,11 @@ struct AdadeltaOptions {
 class Optimizer {
  public:
   virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
   // One update of the parameters it was built for from their gradients (all at once). A
-  // UsageError while a model steps it inside its backward (inBackward()).
+  // UsageError while a model steps it inside its backward (inBackward()); an optimizer of one's
+  // own says so by calling checkNotInBackward("step()") first.
   virtual void step() = 0;
   virtual const char* kind() const = 0;  // "sgd", "adam", "adamw" or "adadelta"
   float lr() const { return lr_; }
@@ -67,8 +70,10 @@ class Optimizer {
   // The step view by view, for a step inside backward: beginViews() once, then stepView once
   // for every parameter view (offset and count as in engine::ParamView, grad its count
   // gradients) in the order backward finishes them, then endViews(). The built-in optimizers
-  // make the same update as step(), bit for bit. These defaults throw UsageError: an optimizer
-  // of one's own steps inside backward once it overrides all three.
+  // make the same update as step(), bit for bit, and their stepsByViews() is true. The defaults
+  // say false and throw UsageError: an optimizer of one's own steps inside backward once it
+  // overrides all four (engine::Model::setOptimizerInBackward refuses it otherwise).
+  virtual bool stepsByViews() const { return false; }
   virtual void beginViews();
   virtual void stepView(std::size_t offset, std::size_t count, const float* grad);
   virtual void endViews();
