@@ -1,9 +1,9 @@
 // test_step_in_backward.cpp: an optimizer's step made inside the model's backward
 // (Model::setOptimizerInBackward) against backward() then step(): the same parameters, optimizer
 // state and losses, bit for bit, for every built-in optimizer, in fp32 and both bf16s, through the
-// linear layers that fuse SGD into their gradients' pass (every batch width, ragged rows and
-// columns) and through the view-by-view step of the others; and its misuses, each a UsageError
-// that leaves the parameters as they were.
+// linear layers that fuse SGD into their gradients' pass (fp32 and emulated bf16: every batch
+// width, ragged rows and columns) and through the view-by-view step of the others; and its
+// misuses, each a UsageError that leaves the parameters as they were.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -113,7 +113,8 @@ TEST(StepInBackward, SgdThroughTheLinearLayersPassIsTheStepAfterBackward) {
                                                                    {{5, 15, 14, 1001}, {64, 40}},
                                                                    {{6, 20, 20, 1800}, {16, 40}},
                                                                    {{0, 32, 32, 1030}, {24}}};
-  // fp32 takes the one pass wherever linear_rows.cpp's kernels run; bf16 steps view by view.
+  // fp32 and emulated bf16 take the one pass wherever linear_rows.cpp's kernels run; native bf16
+  // steps view by view.
   const bool rowsKernels = cpuHasAvx512() && gemmBackend() == GemmBackend::kOneDnn;
   for (const auto& [geom, batches] : shapes)
     for (int batch : batches)
@@ -122,7 +123,8 @@ TEST(StepInBackward, SgdThroughTheLinearLayersPassIsTheStepAfterBackward) {
           SCOPED_TRACE(name + ", batch " + std::to_string(batch) + ", " + m.name() + ", " +
                        std::to_string(geom.hidden) + " hidden");
           const bool fused = expectSame([g = geom] { return bigLinear(g); }, m, make, batch);
-          EXPECT_EQ(fused, rowsKernels && m.precision == Precision::kFp32);
+          const bool emulated = m.emulated || bf16Mode() == Bf16Mode::kEmulated;
+          EXPECT_EQ(fused, rowsKernels && (m.precision == Precision::kFp32 || emulated));
         }
 }
 
@@ -135,7 +137,8 @@ TEST(StepInBackward, TheFusedPassRunsWhereTheLayerTakesTheRowsKernels) {
        dy = test::pattern(static_cast<std::size_t>(batch) * out, 2);
   std::vector<float> w = test::pattern(static_cast<std::size_t>(out) * in, 3), m(w.size(), 0.f), dx(x.size()), db(out);
   const detail::SgdStep step{detail::Sgd::kMomentum, w.data(), m.data(), detail::SgdArgs{0.1f, 0.f, 0.f, 1.f, 0.9f}};
-  const bool fused = linearBackwardStepped(dev, dx.data(), db.data(), dy.data(), x.data(), batch, in, out, step, 0);
+  const bool fused =
+      linearBackwardStepped(dev, dx.data(), db.data(), dy.data(), x.data(), w.data(), batch, in, out, nullptr, step, 0);
   EXPECT_EQ(fused, cpuHasAvx512() && gemmBackend() == GemmBackend::kOneDnn);
   // The momentum buffer then holds the gradient (the first step's), which linearWeightGradientRows makes.
   if (fused) {

@@ -97,8 +97,8 @@ class Linear : public Module {
   // its gradient in gradsReady).
   bool backwardWithStep(Context& ctx, float* dx, const float* dy, int B) {
     const detail::SgdStep* step = ctx.stepInBackward ? ctx.stepInBackward->sgd() : nullptr;
-    if (!step || !linearBackwardStepped(ctx.dev, dx, ctx.params.grad(b_), dy, x_->data(), B, in_, out_, *step,
-                                        ctx.params.views()[w_].offset))
+    if (!step || !linearBackwardStepped(ctx.dev, dx, ctx.params.grad(b_), dy, x_->data(), weight(ctx), B, in_, out_,
+                                        &rounded_, *step, ctx.params.views()[w_].offset))
       return false;
     ctx.stepInBackward->stepped(w_);
     return true;

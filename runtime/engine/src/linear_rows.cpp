@@ -20,15 +20,17 @@
 // With an SGD step inside backward (Model::setOptimizerInBackward), one pass makes the whole
 // backward and the step: for each column block and group of R weight rows, the input gradient
 // reads the rows, then the weight gradient's tiles update them with sgdUpdate straight from the
-// registers. The gradient is never written, and the weights are read once instead of three
-// times (input gradient, weight gradient's write and the optimizer's pass). This file is built
-// with -ffp-contract=off (sgd_rule.hpp): the update has the optimizer's bits.
+// registers (and, in emulated bf16, write their rounding into the store's mirror). The gradient
+// is never written, and the weights are read once instead of three times (input gradient,
+// weight gradient's write and the optimizer's pass). This file is built with -ffp-contract=off
+// (sgd_rule.hpp): the update has the optimizer's bits.
 #include <algorithm>
 #include <cmath>
 #include <immintrin.h>
 #include <utility>
 
 #include "gemm.hpp"
+#include "kernel_util.hpp"
 #include "ops.hpp"
 #include "sgd_rule.hpp"
 
@@ -259,11 +261,13 @@ struct IntoGradient {
   }
 };
 
-// ... or into an SGD step of the weights w (and their momentum m) it is the gradient of.
+// ... or into an SGD step of the weights w (and their momentum m) it is the gradient of, their
+// rounding written into the mirror r too (emulated bf16's, when there is one).
 template <detail::Sgd kRule>
 struct IntoSgdStep {
   float* w;
   float* m;
+  float* r;
   int in;
   detail::SgdArgs args;
   __attribute__((target("avx512f"))) void operator()(__m512 g, int o, int k, __mmask16 lanes) const {
@@ -273,6 +277,12 @@ struct IntoSgdStep {
     detail::sgdUpdate<kRule>(p, b, g, args);
     _mm512_mask_storeu_ps(w + at, lanes, p);
     if constexpr (kRule != detail::Sgd::kPlain) _mm512_mask_storeu_ps(m + at, lanes, b);
+    if (!r) return;
+    // Past the cache, as the optimizer streams a large mirror: the next forward reads it only
+    // after the rest of the step, and a store through the cache would first read the line.
+    const __m512 rounded = roundBf16(p);
+    if (lanes == 0xffff && reinterpret_cast<std::uintptr_t>(r + at) % 64 == 0) _mm512_stream_ps(r + at, rounded);
+    else _mm512_mask_storeu_ps(r + at, lanes, rounded);
   }
 };
 
@@ -291,38 +301,40 @@ void weightGradPortable(float* dw, const float* dy, const float* x, int batch, i
 // rows in its groups of R, each group's block in pieces of kPiece columns, read by the input
 // gradient and then updated by the weight gradient's tiles while in cache.
 template <int V, detail::Sgd kRule>
-void backwardWithStep(float* dxT, const float* dyT, const float* xp, float* w, float* m, int batch, int in, int out,
-                      const detail::SgdArgs& args) {
+void backwardWithStep(float* dxT, const float* dyT, const float* xp, const float* wRead, float* w, float* m, float* r,
+                      int batch, int in, int out, const detail::SgdArgs& args) {
   constexpr int R = V == 4 ? 6 : 8;
   constexpr int kPiece = 192;  // a multiple of every tile's width (48, 64)
   const int block = 4608 / V;
   const DyAt dy{dyT, 1, static_cast<std::size_t>(V) * kLanes};
-  IntoSgdStep<kRule> step{w, m, in, args};
+  IntoSgdStep<kRule> step{w, m, r, in, args};
   for (int k0 = 0; k0 < in; k0 += block) {
     const int k1 = std::min(in, k0 + block);
     for (int o0 = 0; o0 < out; o0 += R) {
       const int rows = std::min(R, out - o0);
       for (int p0 = k0; p0 < k1; p0 += kPiece) {
         const int p1 = std::min(k1, p0 + kPiece);
-        if (dxT) gradRowsKernel<V>(rows, std::make_index_sequence<R>())(dxT, dyT, w, in, o0, p0, p1);
+        if (dxT) gradRowsKernel<V>(rows, std::make_index_sequence<R>())(dxT, dyT, wRead, in, o0, p0, p1);
         weightTilesOf<R>(rows, dy, xp, batch, o0, p0, p1, step);
       }
     }
   }
 }
 
+// wRead: the weights the input gradient reads (the values, or emulated bf16's rounded mirror).
 template <int V>
-void backwardWithStep(float* dxT, const float* dyT, const float* xp, int batch, int in, int out,
+void backwardWithStep(float* dxT, const float* dyT, const float* xp, const float* wRead, int batch, int in, int out,
                       const detail::SgdStep& s, std::size_t offset) {
   float* w = s.values + offset;
   float* m = s.momentum ? s.momentum + offset : nullptr;
+  float* r = s.rounded ? s.rounded + offset : nullptr;
   switch (s.rule) {
     case detail::Sgd::kPlain:
-      return backwardWithStep<V, detail::Sgd::kPlain>(dxT, dyT, xp, w, m, batch, in, out, s.args);
+      return backwardWithStep<V, detail::Sgd::kPlain>(dxT, dyT, xp, wRead, w, m, r, batch, in, out, s.args);
     case detail::Sgd::kMomentum:
-      return backwardWithStep<V, detail::Sgd::kMomentum>(dxT, dyT, xp, w, m, batch, in, out, s.args);
+      return backwardWithStep<V, detail::Sgd::kMomentum>(dxT, dyT, xp, wRead, w, m, r, batch, in, out, s.args);
     case detail::Sgd::kNesterov:
-      return backwardWithStep<V, detail::Sgd::kNesterov>(dxT, dyT, xp, w, m, batch, in, out, s.args);
+      return backwardWithStep<V, detail::Sgd::kNesterov>(dxT, dyT, xp, wRead, w, m, r, batch, in, out, s.args);
   }
 }
 
@@ -386,8 +398,8 @@ void linearWeightGradientRows(Device& dev, float* dw, const float* dy, const flo
   for (int o0 = 0; o0 < out; o0 += R) weightTilesOf<R>(std::min(R, out - o0), at, xp, batch, o0, 0, in, into);
 }
 
-bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, int batch, int in, int out,
-                            const detail::SgdStep& step, std::size_t offset) {
+bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, const float* w, int batch, int in,
+                            int out, const detail::SgdStep& step, std::size_t offset) {
   if (!useLinearRows(batch, in, out) || linearRowsPortableSlot()) return false;
   const int v = (batch + kLanes - 1) / kLanes, width = v * kLanes;
   float* dyT = dev.scratch(kXtSlot, static_cast<std::size_t>(out) * width);  // 64-byte aligned
@@ -399,11 +411,12 @@ bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float
   }
   const float* xp = toPanels(dev, x, batch, in);
   switch (v) {
-    case 1: backwardWithStep<1>(dxT, dyT, xp, batch, in, out, step, offset); break;
-    case 2: backwardWithStep<2>(dxT, dyT, xp, batch, in, out, step, offset); break;
-    case 3: backwardWithStep<3>(dxT, dyT, xp, batch, in, out, step, offset); break;
-    default: backwardWithStep<4>(dxT, dyT, xp, batch, in, out, step, offset); break;
+    case 1: backwardWithStep<1>(dxT, dyT, xp, w, batch, in, out, step, offset); break;
+    case 2: backwardWithStep<2>(dxT, dyT, xp, w, batch, in, out, step, offset); break;
+    case 3: backwardWithStep<3>(dxT, dyT, xp, w, batch, in, out, step, offset); break;
+    default: backwardWithStep<4>(dxT, dyT, xp, w, batch, in, out, step, offset); break;
   }
+  if (step.rounded) _mm_sfence();  // the mirror's streamed stores before its next reader
   if (dx) fromColumns(dev, dx, dxT, batch, in, width);
   ++linearStepsFused();
   return true;

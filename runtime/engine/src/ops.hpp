@@ -42,10 +42,11 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
                     const float* w, int B, int I, int O, RoundedOperands* r = nullptr, bool overwrite = false);
 // The same with an SGD step of w inside backward (Model::setOptimizerInBackward), for a layer whose
 // gradients zeroGrad cleared: db = as above, then dx and the step of w (at `offset` into step's
-// values) in one pass, dw never written (linearBackwardWithStep). False (nothing done) where
-// linearBackward would not take that pass's kernels: the caller then runs it and steps w itself.
-bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, int B, int I, int O,
-                           const detail::SgdStep& step, std::size_t offset);
+// values) in one pass, dw never written (linearBackwardWithStep); w is what linearBackward would
+// read (the rounded weights in emulated bf16). False (nothing done) where linearBackward would
+// not take that pass's kernels: the caller then runs it and steps w itself.
+bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, const float* w, int B,
+                           int I, int O, RoundedOperands* r, const detail::SgdStep& step, std::size_t offset);
 
 // The forward of a linear layer with at least 2^20 weights at a batch of at most 64, where the CPU
 // has AVX-512: y^T = w x^T, output rows streaming their weights against the batch's vectors
@@ -61,12 +62,13 @@ void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float
 void linearWeightGradientRows(Device& dev, float* dw, const float* dy, const float* x, int batch, int in, int out,
                               bool overwrite);
 // Both gradients and an SGD step of the weights in one pass, their gradient never written: dx
-// (skipped when null) as linearDataGradientRows makes it from the weights before the step, and
-// the weights at `offset` into step's values updated from linearWeightGradientRows' gradient, as
-// the optimizer would (Model::setOptimizerInBackward). False (nothing done) unless the layer
-// takes these kernels (useLinearRows).
-bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, int batch, int in, int out,
-                            const detail::SgdStep& step, std::size_t offset);
+// (skipped when null) as linearDataGradientRows makes it from w (the weights before the step, or
+// their rounding), and the weights at `offset` into step's values (and their rounding into its
+// mirror) updated from linearWeightGradientRows' gradient, as the optimizer would
+// (Model::setOptimizerInBackward). False (nothing done) unless the layer takes these kernels
+// (useLinearRows).
+bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, const float* w, int batch, int in,
+                            int out, const detail::SgdStep& step, std::size_t offset);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& linearRowsPortableSlot();
 // Tests: how many times linearBackwardWithStep has made a layer's backward and step.

@@ -7,6 +7,7 @@
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
 #include "ops.hpp"
+#include "sgd_rule.hpp"
 #include "xspawn/engine/tensor.hpp"
 
 namespace xs::engine {
@@ -152,13 +153,32 @@ void biasGradient(float* db, const float* dy, int B, int O, bool overwrite) {
 }
 }  // namespace
 
-bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, int B, int I, int O,
-                           const detail::SgdStep& step, std::size_t offset) {
-  // Where linearBackward takes the same kernels (the gradients' bits): fp32, linear_rows.cpp's.
-  if (dev.precision() != Precision::kFp32 || !linearRows(dev, false, B, I, O) || linearRowsPortableSlot())
+namespace {
+// Emulated bf16's operands as forward and backward round them (x and w by forward, dy here).
+struct RoundedInputs {
+  const float *dy, *x, *w;
+};
+RoundedInputs roundedInputs(Device& dev, RoundedOperands& r, const float* dy, const float* x, const float* w, int B,
+                            int I, int O) {
+  return {r.dyRounded ? dy : roundedCopy(dev, r.dy, dy, static_cast<std::size_t>(B) * O), r.xRounded ? x : r.x.data(),
+          r.wRounded ? w : r.w.data()};
+}
+}  // namespace
+
+bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, const float* w, int B,
+                           int I, int O, RoundedOperands* r, const detail::SgdStep& step, std::size_t offset) {
+  // Where linearBackward takes the same kernels (the gradients' bits): linear_rows.cpp's, in fp32
+  // or emulated bf16, whose step writes the rounded mirror as well.
+  const bool emulated = r && emulatesBf16(dev);
+  if ((!emulated && dev.precision() != Precision::kFp32) || (emulated && !step.rounded) ||
+      !linearRows(dev, emulated, B, I, O) || linearRowsPortableSlot())
     return false;
   biasGradient(db, dy, B, O, true);
-  return linearBackwardWithStep(dev, dx, dy, x, B, I, O, step, offset);
+  if (emulated) {
+    const RoundedInputs in = roundedInputs(dev, *r, dy, x, w, B, I, O);
+    return linearBackwardWithStep(dev, dx, in.dy, in.x, in.w, B, I, O, step, offset);
+  }
+  return linearBackwardWithStep(dev, dx, dy, x, w, B, I, O, step, offset);
 }
 
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
@@ -179,13 +199,12 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
   }
   const bool emulated = r && emulatesBf16(dev);
   if (emulated) {  // x and w as forward rounded them
-    dy = r->dyRounded ? dy : roundedCopy(dev, r->dy, dy, static_cast<std::size_t>(B) * O);
-    x = r->xRounded ? x : r->x.data();
-    w = r->wRounded ? w : r->w.data();
+    const RoundedInputs in = roundedInputs(dev, *r, dy, x, w, B, I, O);
+    dy = in.dy, x = in.x, w = in.w;
   }
   // dw [O, I] (+)= dy^T [O, B] * x [B, I]
-  if (emulated) gemmOfRounded(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
-  else if (linearRows(dev, false, B, I, O)) linearWeightGradientRows(dev, dw, dy, x, B, I, O, overwrite);
+  if (linearRows(dev, emulated, B, I, O)) linearWeightGradientRows(dev, dw, dy, x, B, I, O, overwrite);
+  else if (emulated) gemmOfRounded(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
   else gemm(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
   if (!dx) return;
   // dx [B, I] = dy [B, O] * w [O, I]

@@ -287,7 +287,7 @@ class SgdRule : public Optimizer {
     loop_(u.values, mirrorOf(u, params_.size()), buf_, params_.grads(), params_.size(), args_);
     ++steps_;
   }
-  // The step a kernel may fuse: between beginViews and endViews, with no mirror to write.
+  // The step a kernel may fuse: between beginViews and endViews, with no bits mirror to write.
   SgdStep fusable() const { return fusable_; }
 
  protected:
@@ -295,7 +295,7 @@ class SgdRule : public Optimizer {
     target_ = ParamStoreAccess::target(params_);
     begin();
     const Sgd rule = !buf_ ? Sgd::kPlain : o_.nesterov ? Sgd::kNesterov : Sgd::kMomentum;
-    fusable_ = !target_.rounded && !target_.bits ? SgdStep{rule, target_.values, buf_, args_} : SgdStep{};
+    fusable_ = !target_.bits ? SgdStep{rule, target_.values, buf_, args_, target_.rounded} : SgdStep{};
   }
   void stepView(std::size_t offset, std::size_t count, const float* grad) override {
     loop_(target_.values + offset, mirrorFrom(target_, params_, offset), buf_ ? buf_ + offset : nullptr, grad, count,

@@ -29,13 +29,14 @@ template <Sgd kRule, class T>
   }
 }
 
-// An SGD step made inside backward over a store with no bf16 mirror, as a kernel that fuses it
-// sees it (StepInBackward::sgd).
+// An SGD step made inside backward over a store with no bf16 bits mirror, as a kernel that fuses
+// it sees it (StepInBackward::sgd).
 struct SgdStep {
   Sgd rule;
   float* values;    // the store's flat values
   float* momentum;  // the flat momentum buffer (null for kPlain)
   SgdArgs args;
+  float* rounded;   // the store's mirror of rounded floats (emulated bf16), written too; or null
 };
 
 }  // namespace xs::engine::detail

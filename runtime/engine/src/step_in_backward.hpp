@@ -21,8 +21,8 @@ class StepInBackward {
   void ready(std::size_t first, std::size_t last);
   // A kernel made view i's step itself.
   void stepped(std::size_t i) { done_[i] = 1; }
-  // The SGD step a kernel may make itself, or null (another optimizer, or a bf16 mirror to
-  // write as well).
+  // The SGD step a kernel may make itself, or null (another optimizer, or native bf16's bits
+  // mirror to write as well).
   const SgdStep* sgd() const { return sgd_.values ? &sgd_ : nullptr; }
   // Steps the views no module reported, then ends the step (Optimizer::endViews).
   void finish();
@@ -35,7 +35,7 @@ class StepInBackward {
 };
 
 // The SGD step an optimizer began in beginViews, when it is optim::SGD and its store keeps no
-// bf16 mirror; values null otherwise (optim.cpp).
+// bf16 bits mirror; values null otherwise (optim.cpp).
 SgdStep fusableSgd(const optim::Optimizer& opt);
 
 }  // namespace xs::engine::detail
