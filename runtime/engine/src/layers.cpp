@@ -96,7 +96,7 @@ class Linear : public Module {
   // An SGD step inside backward made in the gradients' own pass (the bias's then follows from
   // its gradient in gradsReady).
   bool backwardWithStep(Context& ctx, float* dx, const float* dy, int B) {
-    const detail::SgdStep* step = ctx.stepInBackward ? ctx.stepInBackward->sgd() : nullptr;
+    const detail::FusedStep* step = ctx.stepInBackward ? ctx.stepInBackward->fused() : nullptr;
     if (!step || !linearBackwardStepped(ctx.dev, dx, ctx.params.grad(b_), dy, x_->data(), weight(ctx), B, in_, out_,
                                         &rounded_, *step, ctx.params.views()[w_].offset))
       return false;

@@ -17,13 +17,14 @@
 // and the portable loops (tested bit for bit). The layers take them only with AVX-512
 // (useLinearRows).
 //
-// With an SGD step inside backward (Model::setOptimizerInBackward), one pass makes the whole
-// backward and the step: for each column block and group of R weight rows, the input gradient
-// reads the rows, then the weight gradient's tiles update them with sgdUpdate straight from the
-// registers (and, in emulated bf16, write their rounding into the store's mirror). The gradient
+// With an SGD or Adam step inside backward (Model::setOptimizerInBackward), one pass makes the
+// whole backward and the step: for each column block and group of R weight rows, the input
+// gradient reads the rows, then the weight gradient's tiles update them with sgdUpdate or
+// adamUpdate straight from the registers (and, in emulated bf16, write their rounding into the
+// store's mirror). The gradient
 // is never written, and the weights are read once instead of three times (input gradient,
 // weight gradient's write and the optimizer's pass). This file is built with -ffp-contract=off
-// (sgd_rule.hpp): the update has the optimizer's bits.
+// (update_rules.hpp): the update has the optimizer's bits.
 #include <algorithm>
 #include <cmath>
 #include <immintrin.h>
@@ -32,7 +33,7 @@
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 #include "ops.hpp"
-#include "sgd_rule.hpp"
+#include "update_rules.hpp"
 
 namespace xs::engine {
 namespace {
@@ -261,28 +262,50 @@ struct IntoGradient {
   }
 };
 
-// ... or into an SGD step of the weights w (and their momentum m) it is the gradient of, their
-// rounding written into the mirror r too (emulated bf16's, when there is one).
-template <detail::Sgd kRule>
-struct IntoSgdStep {
-  float* w;
-  float* m;
-  float* r;
+// ... or into a step of the weights it is the gradient of, by the rule of `Update` (below), their
+// rounding written into the mirror too (emulated bf16's, when there is one).
+template <class Update>
+struct IntoStep {
+  Update update;
+  float* w;  // the layer's weights, their momentum or moments and mirror: at the same offsets
+  float* first;
+  float* second;
+  float* rounded;
   int in;
-  detail::SgdArgs args;
   __attribute__((target("avx512f"))) void operator()(__m512 g, int o, int k, __mmask16 lanes) const {
     const std::size_t at = static_cast<std::size_t>(o) * in + k;
-    __m512 b = kRule == detail::Sgd::kPlain ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, m + at);
     __m512 p = _mm512_maskz_loadu_ps(lanes, w + at);
-    detail::sgdUpdate<kRule>(p, b, g, args);
+    update(p, g, lanes, first ? first + at : nullptr, second ? second + at : nullptr);
     _mm512_mask_storeu_ps(w + at, lanes, p);
-    if constexpr (kRule != detail::Sgd::kPlain) _mm512_mask_storeu_ps(m + at, lanes, b);
-    if (!r) return;
+    if (!rounded) return;
     // Past the cache, as the optimizer streams a large mirror: the next forward reads it only
     // after the rest of the step, and a store through the cache would first read the line.
-    const __m512 rounded = roundBf16(p);
-    if (lanes == 0xffff && reinterpret_cast<std::uintptr_t>(r + at) % 64 == 0) _mm512_stream_ps(r + at, rounded);
-    else _mm512_mask_storeu_ps(r + at, lanes, rounded);
+    float* r = rounded + at;
+    const __m512 bits = roundBf16(p);
+    if (lanes == 0xffff && reinterpret_cast<std::uintptr_t>(r) % 64 == 0) _mm512_stream_ps(r, bits);
+    else _mm512_mask_storeu_ps(r, lanes, bits);
+  }
+};
+
+// The rules: p updated from g, their state at m (and v) read and written in place.
+template <detail::Sgd kRule>
+struct SgdRule {
+  detail::SgdArgs args;
+  __attribute__((target("avx512f"))) void operator()(__m512& p, __m512 g, __mmask16 lanes, float* m, float*) const {
+    __m512 b = kRule == detail::Sgd::kPlain ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, m);
+    detail::sgdUpdate<kRule>(p, b, g, args);
+    if constexpr (kRule != detail::Sgd::kPlain) _mm512_mask_storeu_ps(m, lanes, b);
+  }
+};
+
+template <bool kDecoupled>
+struct AdamRule {
+  detail::AdamArgs args;
+  __attribute__((target("avx512f"))) void operator()(__m512& p, __m512 g, __mmask16 lanes, float* m, float* v) const {
+    __m512 m1 = _mm512_maskz_loadu_ps(lanes, m), v1 = _mm512_maskz_loadu_ps(lanes, v);
+    detail::adamUpdate<kDecoupled>(p, m1, v1, g, args);
+    _mm512_mask_storeu_ps(m, lanes, m1);
+    _mm512_mask_storeu_ps(v, lanes, v1);
   }
 };
 
@@ -297,17 +320,16 @@ void weightGradPortable(float* dw, const float* dy, const float* x, int batch, i
     }
 }
 
-// The whole backward with the SGD step (see the top): columns in the input gradient's blocks,
-// rows in its groups of R, each group's block in pieces of kPiece columns, read by the input
-// gradient and then updated by the weight gradient's tiles while in cache.
-template <int V, detail::Sgd kRule>
-void backwardWithStep(float* dxT, const float* dyT, const float* xp, const float* wRead, float* w, float* m, float* r,
-                      int batch, int in, int out, const detail::SgdArgs& args) {
+// The whole backward with the step (see the top): columns in the input gradient's blocks, rows
+// in its groups of R, each group's block in pieces of kPiece columns, read by the input gradient
+// and then updated by the weight gradient's tiles while in cache.
+template <int V, class Into>
+void backwardWithStep(float* dxT, const float* dyT, const float* xp, const float* wRead, int batch, int in, int out,
+                      const Into& into) {
   constexpr int R = V == 4 ? 6 : 8;
   constexpr int kPiece = 192;  // a multiple of every tile's width (48, 64)
   const int block = 4608 / V;
   const DyAt dy{dyT, 1, static_cast<std::size_t>(V) * kLanes};
-  IntoSgdStep<kRule> step{w, m, r, in, args};
   for (int k0 = 0; k0 < in; k0 += block) {
     const int k1 = std::min(in, k0 + block);
     for (int o0 = 0; o0 < out; o0 += R) {
@@ -315,7 +337,7 @@ void backwardWithStep(float* dxT, const float* dyT, const float* xp, const float
       for (int p0 = k0; p0 < k1; p0 += kPiece) {
         const int p1 = std::min(k1, p0 + kPiece);
         if (dxT) gradRowsKernel<V>(rows, std::make_index_sequence<R>())(dxT, dyT, wRead, in, o0, p0, p1);
-        weightTilesOf<R>(rows, dy, xp, batch, o0, p0, p1, step);
+        weightTilesOf<R>(rows, dy, xp, batch, o0, p0, p1, into);
       }
     }
   }
@@ -324,17 +346,20 @@ void backwardWithStep(float* dxT, const float* dyT, const float* xp, const float
 // wRead: the weights the input gradient reads (the values, or emulated bf16's rounded mirror).
 template <int V>
 void backwardWithStep(float* dxT, const float* dyT, const float* xp, const float* wRead, int batch, int in, int out,
-                      const detail::SgdStep& s, std::size_t offset) {
-  float* w = s.values + offset;
-  float* m = s.momentum ? s.momentum + offset : nullptr;
-  float* r = s.rounded ? s.rounded + offset : nullptr;
+                      const detail::FusedStep& s, std::size_t offset) {
+  auto at = [offset](float* base) { return base ? base + offset : nullptr; };
+  auto run = [&](auto update) {
+    backwardWithStep<V>(dxT, dyT, xp, wRead, batch, in, out,
+                        IntoStep<decltype(update)>{update, at(s.values), at(s.first), at(s.second), at(s.rounded), in});
+  };
+  using Rule = detail::FusedStep::Rule;
   switch (s.rule) {
-    case detail::Sgd::kPlain:
-      return backwardWithStep<V, detail::Sgd::kPlain>(dxT, dyT, xp, wRead, w, m, r, batch, in, out, s.args);
-    case detail::Sgd::kMomentum:
-      return backwardWithStep<V, detail::Sgd::kMomentum>(dxT, dyT, xp, wRead, w, m, r, batch, in, out, s.args);
-    case detail::Sgd::kNesterov:
-      return backwardWithStep<V, detail::Sgd::kNesterov>(dxT, dyT, xp, wRead, w, m, r, batch, in, out, s.args);
+    case Rule::kSgd: return run(SgdRule<detail::Sgd::kPlain>{s.sgd});
+    case Rule::kSgdMomentum: return run(SgdRule<detail::Sgd::kMomentum>{s.sgd});
+    case Rule::kSgdNesterov: return run(SgdRule<detail::Sgd::kNesterov>{s.sgd});
+    case Rule::kAdam: return run(AdamRule<false>{s.adam});
+    case Rule::kAdamW: return run(AdamRule<true>{s.adam});
+    case Rule::kNone: return;
   }
 }
 
@@ -399,8 +424,9 @@ void linearWeightGradientRows(Device& dev, float* dw, const float* dy, const flo
 }
 
 bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, const float* w, int batch, int in,
-                            int out, const detail::SgdStep& step, std::size_t offset) {
-  if (!useLinearRows(batch, in, out) || linearRowsPortableSlot()) return false;
+                            int out, const detail::FusedStep& step, std::size_t offset) {
+  if (!useLinearRows(batch, in, out) || linearRowsPortableSlot() || step.rule == detail::FusedStep::Rule::kNone)
+    return false;
   const int v = (batch + kLanes - 1) / kLanes, width = v * kLanes;
   float* dyT = dev.scratch(kXtSlot, static_cast<std::size_t>(out) * width);  // 64-byte aligned
   toColumns(dev, dyT, dy, batch, out, width);

@@ -14,7 +14,7 @@
 namespace xs::engine {
 
 namespace detail {
-struct SgdStep;  // sgd_rule.hpp
+struct FusedStep;  // update_rules.hpp
 }
 
 // ---- linear: y = x w^T + b -------------------------------------------------------------
@@ -40,13 +40,13 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
 // overwrite: dw = and db = instead (ParamStore::gradSlot), which spares reading them.
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, int B, int I, int O, RoundedOperands* r = nullptr, bool overwrite = false);
-// The same with an SGD step of w inside backward (Model::setOptimizerInBackward), for a layer whose
+// The same with an SGD or Adam step of w inside backward (Model::setOptimizerInBackward), for a layer whose
 // gradients zeroGrad cleared: db = as above, then dx and the step of w (at `offset` into step's
 // values) in one pass, dw never written (linearBackwardWithStep); w is what linearBackward would
 // read (the rounded weights in emulated bf16). False (nothing done) where linearBackward would
 // not take that pass's kernels: the caller then runs it and steps w itself.
 bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, const float* w, int B,
-                           int I, int O, RoundedOperands* r, const detail::SgdStep& step, std::size_t offset);
+                           int I, int O, RoundedOperands* r, const detail::FusedStep& step, std::size_t offset);
 
 // The forward of a linear layer with at least 2^20 weights at a batch of at most 64, where the CPU
 // has AVX-512: y^T = w x^T, output rows streaming their weights against the batch's vectors
@@ -61,14 +61,14 @@ void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float
 // order of b.
 void linearWeightGradientRows(Device& dev, float* dw, const float* dy, const float* x, int batch, int in, int out,
                               bool overwrite);
-// Both gradients and an SGD step of the weights in one pass, their gradient never written: dx
+// Both gradients and an SGD or Adam step of the weights in one pass, their gradient never written: dx
 // (skipped when null) as linearDataGradientRows makes it from w (the weights before the step, or
 // their rounding), and the weights at `offset` into step's values (and their rounding into its
 // mirror) updated from linearWeightGradientRows' gradient, as the optimizer would
 // (Model::setOptimizerInBackward). False (nothing done) unless the layer takes these kernels
 // (useLinearRows).
 bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, const float* w, int batch, int in,
-                            int out, const detail::SgdStep& step, std::size_t offset);
+                            int out, const detail::FusedStep& step, std::size_t offset);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& linearRowsPortableSlot();
 // Tests: how many times linearBackwardWithStep has made a layer's backward and step.

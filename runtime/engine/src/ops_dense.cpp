@@ -7,7 +7,7 @@
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
 #include "ops.hpp"
-#include "sgd_rule.hpp"
+#include "update_rules.hpp"
 #include "xspawn/engine/tensor.hpp"
 
 namespace xs::engine {
@@ -166,7 +166,7 @@ RoundedInputs roundedInputs(Device& dev, RoundedOperands& r, const float* dy, co
 }  // namespace
 
 bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, const float* w, int B,
-                           int I, int O, RoundedOperands* r, const detail::SgdStep& step, std::size_t offset) {
+                           int I, int O, RoundedOperands* r, const detail::FusedStep& step, std::size_t offset) {
   // Where linearBackward takes the same kernels (the gradients' bits): linear_rows.cpp's, in fp32
   // or emulated bf16, whose step writes the rounded mirror as well.
   const bool emulated = r && emulatesBf16(dev);

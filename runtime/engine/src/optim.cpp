@@ -12,7 +12,7 @@
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
 #include "param_mirror.hpp"
-#include "sgd_rule.hpp"
+#include "update_rules.hpp"
 #include "step_in_backward.hpp"
 
 namespace xs::optim {
@@ -22,9 +22,10 @@ using engine::ParamStore;
 using engine::Shape;
 using engine::Tensor;
 using engine::detail::ParamStoreAccess;
+using engine::detail::AdamArgs;
+using engine::detail::FusedStep;
 using engine::detail::Sgd;
 using engine::detail::SgdArgs;
-using engine::detail::SgdStep;
 
 Optimizer::~Optimizer() {
   if (inBackwardOf_) inBackwardOf_->setOptimizerInBackward(nullptr);
@@ -163,7 +164,7 @@ XS_INLINE void withMirror(MirrorOut r, std::size_t n, Body body) {
   }
 }
 
-// The rule as sgd_rule.hpp's sgdUpdate writes it for the fused kernels, spelled out over scalars
+// The rule as update_rules.hpp's sgdUpdate writes it for the fused kernels, spelled out over scalars
 // here: the same operations in the same order (StepInBackward's tests check the bits), in the
 // form GCC vectorizes at full width in every clone.
 template <Sgd kRule, Mirror kM>
@@ -200,11 +201,8 @@ XS_CLONES void sgdNesterovLoop(float* p, MirrorOut r, float* buf, const float* g
   sgdRun<Sgd::kNesterov>(p, r, buf, g, n, a);
 }
 
-struct AdamArgs {
-  float b1, b2, eps, wd, shrink, stepSize, bc2Sqrt;
-};
-
-// Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled).
+// Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled). As
+// update_rules.hpp's adamUpdate, over scalars.
 template <bool kDecoupled, Mirror kM>
 XS_INLINE void adamBody(float* p, void* r, float* m, float* v, const float* g, std::size_t n, const AdamArgs& a) {
   const float b1 = a.b1, b2 = a.b2, eps = a.eps, wd = a.wd, shrink = a.shrink, stepSize = a.stepSize,
@@ -288,14 +286,18 @@ class SgdRule : public Optimizer {
     ++steps_;
   }
   // The step a kernel may fuse: between beginViews and endViews, with no bits mirror to write.
-  SgdStep fusable() const { return fusable_; }
+  FusedStep fusable() const { return fusable_; }
 
  protected:
   void beginViews() override {
     target_ = ParamStoreAccess::target(params_);
     begin();
-    const Sgd rule = !buf_ ? Sgd::kPlain : o_.nesterov ? Sgd::kNesterov : Sgd::kMomentum;
-    fusable_ = !target_.bits ? SgdStep{rule, target_.values, buf_, args_, target_.rounded} : SgdStep{};
+    fusable_ = FusedStep{};
+    if (target_.bits) return;
+    using Rule = FusedStep::Rule;
+    fusable_.rule = !buf_ ? Rule::kSgd : o_.nesterov ? Rule::kSgdNesterov : Rule::kSgdMomentum;
+    fusable_.values = target_.values, fusable_.first = buf_, fusable_.rounded = target_.rounded;
+    fusable_.sgd = args_;
   }
   void stepView(std::size_t offset, std::size_t count, const float* grad) override {
     loop_(target_.values + offset, mirrorFrom(target_, params_, offset), buf_ ? buf_ + offset : nullptr, grad, count,
@@ -303,7 +305,7 @@ class SgdRule : public Optimizer {
   }
   void endViews() override {
     ParamStoreAccess::written(params_, target_);
-    fusable_ = SgdStep{};
+    fusable_ = FusedStep{};
     ++steps_;
   }
 
@@ -322,7 +324,7 @@ class SgdRule : public Optimizer {
   SgdArgs args_{};
   SgdLoop loop_ = nullptr;
   ParamStoreAccess::Update target_{};
-  SgdStep fusable_{};
+  FusedStep fusable_{};
 };
 
 class AdamRule : public Optimizer {
@@ -340,6 +342,8 @@ class AdamRule : public Optimizer {
   }
   const char* kind() const override { return decoupled_ ? "adamw" : "adam"; }
   bool stepsByViews() const override { return true; }
+  // The step a kernel may fuse: between beginViews and endViews, with no bits mirror to write.
+  FusedStep fusable() const { return fusable_; }
   void step() override {
     checkNotInBackward("step()");
     begin();
@@ -353,6 +357,12 @@ class AdamRule : public Optimizer {
   void beginViews() override {
     begin();
     target_ = ParamStoreAccess::target(params_);
+    fusable_ = FusedStep{};
+    if (target_.bits) return;
+    fusable_.rule = decoupled_ ? FusedStep::Rule::kAdamW : FusedStep::Rule::kAdam;
+    fusable_.values = target_.values, fusable_.rounded = target_.rounded;
+    fusable_.first = state_[0].second.data(), fusable_.second = state_[1].second.data();
+    fusable_.adam = args_;
   }
   void stepView(std::size_t offset, std::size_t count, const float* grad) override {
     // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled), in its
@@ -363,6 +373,7 @@ class AdamRule : public Optimizer {
   }
   void endViews() override {
     ParamStoreAccess::written(params_, target_);
+    fusable_ = FusedStep{};
     ++steps_;
   }
 
@@ -380,6 +391,7 @@ class AdamRule : public Optimizer {
   bool decoupled_;
   AdamArgs args_{};
   ParamStoreAccess::Update target_{};
+  FusedStep fusable_{};
 };
 
 class AdadeltaRule : public Optimizer {
@@ -443,9 +455,10 @@ std::unique_ptr<Optimizer> Adadelta(engine::Model& m, const AdadeltaOptions& o) 
 
 namespace xs::engine::detail {
 
-SgdStep fusableSgd(const optim::Optimizer& opt) {
-  const auto* sgd = dynamic_cast<const optim::SgdRule*>(&opt);
-  return sgd ? sgd->fusable() : SgdStep{};
+FusedStep fusableStep(const optim::Optimizer& opt) {
+  if (const auto* sgd = dynamic_cast<const optim::SgdRule*>(&opt)) return sgd->fusable();
+  if (const auto* adam = dynamic_cast<const optim::AdamRule*>(&opt)) return adam->fusable();
+  return FusedStep{};
 }
 
 }  // namespace xs::engine::detail

@@ -7,7 +7,7 @@ namespace xs::engine::detail {
 StepInBackward::StepInBackward(ParamStore& params, optim::Optimizer& opt)
     : params_(params), opt_(opt), done_(params.views().size(), 0) {
   opt_.beginViews();
-  sgd_ = fusableSgd(opt_);
+  fused_ = fusableStep(opt_);
 }
 
 void StepInBackward::ready(std::size_t first, std::size_t last) {

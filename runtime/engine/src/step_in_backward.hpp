@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sgd_rule.hpp"
+#include "update_rules.hpp"
 #include "xspawn/engine/params.hpp"
 #include "xspawn/optim.hpp"
 
@@ -21,9 +21,9 @@ class StepInBackward {
   void ready(std::size_t first, std::size_t last);
   // A kernel made view i's step itself.
   void stepped(std::size_t i) { done_[i] = 1; }
-  // The SGD step a kernel may make itself, or null (another optimizer, or native bf16's bits
-  // mirror to write as well).
-  const SgdStep* sgd() const { return sgd_.values ? &sgd_ : nullptr; }
+  // The step a kernel may make itself (SGD or Adam), or null (another optimizer, or native
+  // bf16's bits mirror to write as well).
+  const FusedStep* fused() const { return fused_.rule != FusedStep::Rule::kNone ? &fused_ : nullptr; }
   // Steps the views no module reported, then ends the step (Optimizer::endViews).
   void finish();
 
@@ -31,11 +31,11 @@ class StepInBackward {
   ParamStore& params_;
   optim::Optimizer& opt_;
   std::vector<std::uint8_t> done_;
-  SgdStep sgd_{};
+  FusedStep fused_{};
 };
 
-// The SGD step an optimizer began in beginViews, when it is optim::SGD and its store keeps no
-// bf16 bits mirror; values null otherwise (optim.cpp).
-SgdStep fusableSgd(const optim::Optimizer& opt);
+// The step an optimizer began in beginViews, when it is optim::SGD, Adam or AdamW and its store
+// keeps no bf16 bits mirror; rule kNone otherwise (optim.cpp).
+FusedStep fusableStep(const optim::Optimizer& opt);
 
 }  // namespace xs::engine::detail
