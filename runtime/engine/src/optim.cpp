@@ -258,16 +258,51 @@ XS_CLONES void adadeltaLoop(float* p, MirrorOut r, float* sq, float* acc, const 
   });
 }
 
-// The mirror of a step's target (ParamStoreAccess::target) from value `offset` on.
-MirrorOut mirrorFrom(const ParamStoreAccess::Update& target, const ParamStore& ps, std::size_t offset) {
-  return mirrorAt(mirrorOf(target, ps.size()), offset);
-}
-
-using SgdLoop = void (*)(float*, MirrorOut, float*, const float*, std::size_t, const SgdArgs&);
-
-class SgdRule : public Optimizer {
+// A built-in rule: step() is its stepView over the whole store, and a step inside backward the
+// same view by view; the rule gives its step's arguments (prepare), its update of a range
+// (stepView) and the step a kernel may make itself (fuse).
+class ViewedRule : public Optimizer {
  public:
-  SgdRule(ParamStore& ps, Device& dev, const SgdOptions& o) : Optimizer(ps), o_(o) {
+  using Optimizer::Optimizer;
+  bool stepsByViews() const override { return true; }
+  void step() override {
+    checkNotInBackward("step()");
+    prepare();
+    const float* g = params_.grads();
+    target_ = ParamStoreAccess::update(params_);
+    stepView(0, params_.size(), g);
+    ++steps_;
+  }
+  // The step a kernel may fuse: between beginViews and endViews, with no bits mirror to write.
+  FusedStep fusable() const { return fusable_; }
+
+ protected:
+  virtual void prepare() {}
+  virtual FusedStep fuse() { return FusedStep{}; }
+  void beginViews() override {
+    prepare();
+    target_ = ParamStoreAccess::target(params_);
+    fusable_ = target_.bits ? FusedStep{} : fuse();
+  }
+  void endViews() override {
+    ParamStoreAccess::written(params_, target_);
+    fusable_ = FusedStep{};
+    ++steps_;
+  }
+  // The values, and the mirror from value `offset` on, that this step writes.
+  float* values(std::size_t offset) const { return target_.values + offset; }
+  MirrorOut mirror(std::size_t offset) const { return mirrorAt(mirrorOf(target_, params_.size()), offset); }
+  float* state(std::size_t i, std::size_t offset) { return state_[i].second.data() + offset; }
+
+  ParamStoreAccess::Update target_{};
+
+ private:
+  FusedStep fusable_{};
+};
+
+class SgdRule : public ViewedRule {
+ public:
+  SgdRule(ParamStore& ps, Device& dev, const SgdOptions& o) : ViewedRule(ps), o_(o) {
     const std::size_t n = ps.size();
     XS_CHECK(o.lr >= 0.f && o.momentum >= 0.f && o.weightDecay >= 0.f, UsageError,
              "SGD: learning rate, momentum and weight decay must be non-negative");
@@ -277,60 +312,36 @@ class SgdRule : public Optimizer {
     if (o.momentum > 0.f) state_.emplace_back("momentum_buffer", zeros(dev, n, "SGD momentum"));
   }
   const char* kind() const override { return "sgd"; }
-  bool stepsByViews() const override { return true; }
-  void step() override {
-    checkNotInBackward("step()");
-    const auto u = ParamStoreAccess::update(params_);
-    begin();
-    loop_(u.values, mirrorOf(u, params_.size()), buf_, params_.grads(), params_.size(), args_);
-    ++steps_;
-  }
-  // The step a kernel may fuse: between beginViews and endViews, with no bits mirror to write.
-  FusedStep fusable() const { return fusable_; }
 
  protected:
-  void beginViews() override {
-    target_ = ParamStoreAccess::target(params_);
-    begin();
-    fusable_ = FusedStep{};
-    if (target_.bits) return;
-    using Rule = FusedStep::Rule;
-    fusable_.rule = !buf_ ? Rule::kSgd : o_.nesterov ? Rule::kSgdNesterov : Rule::kSgdMomentum;
-    fusable_.values = target_.values, fusable_.first = buf_, fusable_.rounded = target_.rounded;
-    fusable_.sgd = args_;
+  void prepare() override {
+    const float mu = o_.momentum;
+    args_ = SgdArgs{lr_, o_.weightDecay, steps_ == 0 ? 0.f : mu,  // buf = d at the first step
+                    steps_ == 0 ? 1.f : 1.f - o_.dampening, mu};
   }
   void stepView(std::size_t offset, std::size_t count, const float* grad) override {
-    loop_(target_.values + offset, mirrorFrom(target_, params_, offset), buf_ ? buf_ + offset : nullptr, grad, count,
-          args_);
+    float* buf = state_.empty() ? nullptr : state(0, offset);
+    (!buf ? sgdLoop : o_.nesterov ? sgdNesterovLoop : sgdMomentumLoop)(values(offset), mirror(offset), buf, grad,
+                                                                        count, args_);
   }
-  void endViews() override {
-    ParamStoreAccess::written(params_, target_);
-    fusable_ = FusedStep{};
-    ++steps_;
+  FusedStep fuse() override {
+    using Rule = FusedStep::Rule;
+    FusedStep f;
+    f.rule = state_.empty() ? Rule::kSgd : o_.nesterov ? Rule::kSgdNesterov : Rule::kSgdMomentum;
+    f.values = target_.values, f.rounded = target_.rounded, f.sgd = args_;
+    f.first = state_.empty() ? nullptr : state(0, 0);
+    return f;
   }
 
  private:
-  // This step's rule and arguments.
-  void begin() {
-    const float mu = o_.momentum;
-    buf_ = mu == 0.f ? nullptr : state_[0].second.data();
-    args_ = SgdArgs{lr_, o_.weightDecay, steps_ == 0 ? 0.f : mu,  // buf = d at the first step
-                    steps_ == 0 ? 1.f : 1.f - o_.dampening, mu};
-    loop_ = !buf_ ? sgdLoop : o_.nesterov ? sgdNesterovLoop : sgdMomentumLoop;
-  }
-
   SgdOptions o_;
-  float* buf_ = nullptr;
   SgdArgs args_{};
-  SgdLoop loop_ = nullptr;
-  ParamStoreAccess::Update target_{};
-  FusedStep fusable_{};
 };
 
-class AdamRule : public Optimizer {
+class AdamRule : public ViewedRule {
  public:
   AdamRule(ParamStore& ps, Device& dev, const AdamOptions& o, bool decoupled = false)
-      : Optimizer(ps), o_(o), decoupled_(decoupled) {
+      : ViewedRule(ps), o_(o), decoupled_(decoupled) {
     const std::size_t n = ps.size();
     XS_CHECK(o.lr >= 0.f && o.eps >= 0.f && o.weightDecay >= 0.f, UsageError,
              "Adam: learning rate, eps and weight decay must be non-negative");
@@ -341,62 +352,39 @@ class AdamRule : public Optimizer {
     state_.emplace_back("exp_avg_sq", zeros(dev, n, "Adam second moment"));
   }
   const char* kind() const override { return decoupled_ ? "adamw" : "adam"; }
-  bool stepsByViews() const override { return true; }
-  // The step a kernel may fuse: between beginViews and endViews, with no bits mirror to write.
-  FusedStep fusable() const { return fusable_; }
-  void step() override {
-    checkNotInBackward("step()");
-    begin();
-    const float* g = params_.grads();
-    target_ = ParamStoreAccess::update(params_);
-    stepView(0, params_.size(), g);
-    ++steps_;
-  }
 
  protected:
-  void beginViews() override {
-    begin();
-    target_ = ParamStoreAccess::target(params_);
-    fusable_ = FusedStep{};
-    if (target_.bits) return;
-    fusable_.rule = decoupled_ ? FusedStep::Rule::kAdamW : FusedStep::Rule::kAdam;
-    fusable_.values = target_.values, fusable_.rounded = target_.rounded;
-    fusable_.first = state_[0].second.data(), fusable_.second = state_[1].second.data();
-    fusable_.adam = args_;
-  }
-  void stepView(std::size_t offset, std::size_t count, const float* grad) override {
-    // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled), in its
-    // own instance of the loop so Adam's stays as it was.
-    (decoupled_ ? adamWLoop : adamLoop)(target_.values + offset, mirrorFrom(target_, params_, offset),
-                                        state_[0].second.data() + offset, state_[1].second.data() + offset, grad,
-                                        count, args_);
-  }
-  void endViews() override {
-    ParamStoreAccess::written(params_, target_);
-    fusable_ = FusedStep{};
-    ++steps_;
-  }
-
- private:
   // This step's arguments: its bias corrections count it (steps_ + 1).
-  void begin() {
+  void prepare() override {
     const double t = static_cast<double>(steps_ + 1);
     const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta1), t));
     const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o_.beta2), t));
     args_ = AdamArgs{o_.beta1, o_.beta2, o_.eps, decoupled_ ? 0.f : o_.weightDecay, 1.f - lr_ * o_.weightDecay,
                      lr_ / bc1, std::sqrt(bc2)};
   }
+  void stepView(std::size_t offset, std::size_t count, const float* grad) override {
+    // Adam adds the decay to the gradient; AdamW shrinks the weights first (decoupled), in its
+    // own instance of the loop so Adam's stays as it was.
+    (decoupled_ ? adamWLoop : adamLoop)(values(offset), mirror(offset), state(0, offset), state(1, offset), grad,
+                                        count, args_);
+  }
+  FusedStep fuse() override {
+    FusedStep f;
+    f.rule = decoupled_ ? FusedStep::Rule::kAdamW : FusedStep::Rule::kAdam;
+    f.values = target_.values, f.rounded = target_.rounded, f.adam = args_;
+    f.first = state(0, 0), f.second = state(1, 0);
+    return f;
+  }
 
+ private:
   AdamOptions o_;
   bool decoupled_;
   AdamArgs args_{};
-  ParamStoreAccess::Update target_{};
-  FusedStep fusable_{};
 };
 
-class AdadeltaRule : public Optimizer {
+class AdadeltaRule : public ViewedRule {
  public:
-  AdadeltaRule(ParamStore& ps, Device& dev, const AdadeltaOptions& o) : Optimizer(ps), o_(o) {
+  AdadeltaRule(ParamStore& ps, Device& dev, const AdadeltaOptions& o) : ViewedRule(ps), o_(o) {
     XS_CHECK(o.lr >= 0.f && o.eps >= 0.f && o.weightDecay >= 0.f, UsageError,
              "Adadelta: learning rate, eps and weight decay must be non-negative");
     XS_CHECK(o.rho >= 0.f && o.rho <= 1.f, UsageError, "Adadelta: rho must be in [0, 1]");
@@ -405,29 +393,15 @@ class AdadeltaRule : public Optimizer {
     state_.emplace_back("acc_delta", zeros(dev, ps.size(), "Adadelta accumulated update"));
   }
   const char* kind() const override { return "adadelta"; }
-  bool stepsByViews() const override { return true; }
-  void step() override {
-    checkNotInBackward("step()");
-    const float* g = params_.grads();
-    target_ = ParamStoreAccess::update(params_);
-    stepView(0, params_.size(), g);
-    ++steps_;
-  }
 
  protected:
-  void beginViews() override { target_ = ParamStoreAccess::target(params_); }
   void stepView(std::size_t offset, std::size_t count, const float* grad) override {
-    adadeltaLoop(target_.values + offset, mirrorFrom(target_, params_, offset), state_[0].second.data() + offset,
-                 state_[1].second.data() + offset, grad, count, AdadeltaArgs{o_.rho, o_.eps, o_.weightDecay, lr_});
-  }
-  void endViews() override {
-    ParamStoreAccess::written(params_, target_);
-    ++steps_;
+    adadeltaLoop(values(offset), mirror(offset), state(0, offset), state(1, offset), grad, count,
+                 AdadeltaArgs{o_.rho, o_.eps, o_.weightDecay, lr_});
   }
 
  private:
   AdadeltaOptions o_;
-  ParamStoreAccess::Update target_{};
 };
 
 }  // namespace
@@ -456,9 +430,8 @@ std::unique_ptr<Optimizer> Adadelta(engine::Model& m, const AdadeltaOptions& o) 
 namespace xs::engine::detail {
 
 FusedStep fusableStep(const optim::Optimizer& opt) {
-  if (const auto* sgd = dynamic_cast<const optim::SgdRule*>(&opt)) return sgd->fusable();
-  if (const auto* adam = dynamic_cast<const optim::AdamRule*>(&opt)) return adam->fusable();
-  return FusedStep{};
+  const auto* rule = dynamic_cast<const optim::ViewedRule*>(&opt);
+  return rule ? rule->fusable() : FusedStep{};
 }
 
 }  // namespace xs::engine::detail
