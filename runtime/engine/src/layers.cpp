@@ -93,8 +93,8 @@ class Linear : public Module {
 
  private:
   const float* weight(Context& ctx) { return productWeights(ctx, w_, rounded_.wRounded); }
-  // An SGD step inside backward made in the gradients' own pass (the bias's then follows from
-  // its gradient in gradsReady).
+  // An SGD or Adam step inside backward made in the gradients' own pass (the bias's then follows
+  // from its gradient in gradsReady).
   bool backwardWithStep(Context& ctx, float* dx, const float* dy, int B) {
     const detail::FusedStep* step = ctx.stepInBackward ? ctx.stepInBackward->fused() : nullptr;
     if (!step || !linearBackwardStepped(ctx.dev, dx, ctx.params.grad(b_), dy, x_->data(), weight(ctx), B, in_, out_,

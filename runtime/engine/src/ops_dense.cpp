@@ -151,9 +151,7 @@ void biasGradient(float* db, const float* dy, int B, int O, bool overwrite) {
   if (overwrite) std::memset(db, 0, static_cast<std::size_t>(O) * sizeof(float));  // O floats, not O x I
   for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
 }
-}  // namespace
 
-namespace {
 // Emulated bf16's operands as forward and backward round them (x and w by forward, dy here).
 struct RoundedInputs {
   const float *dy, *x, *w;
@@ -174,11 +172,8 @@ bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, c
       !linearRows(dev, emulated, B, I, O) || linearRowsPortableSlot())
     return false;
   biasGradient(db, dy, B, O, true);
-  if (emulated) {
-    const RoundedInputs in = roundedInputs(dev, *r, dy, x, w, B, I, O);
-    return linearBackwardWithStep(dev, dx, in.dy, in.x, in.w, B, I, O, step, offset);
-  }
-  return linearBackwardWithStep(dev, dx, dy, x, w, B, I, O, step, offset);
+  const RoundedInputs in = emulated ? roundedInputs(dev, *r, dy, x, w, B, I, O) : RoundedInputs{dy, x, w};
+  return linearBackwardWithStep(dev, dx, in.dy, in.x, in.w, B, I, O, step, offset);
 }
 
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
