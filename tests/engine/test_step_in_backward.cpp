@@ -1,8 +1,9 @@
 // test_step_in_backward.cpp: an optimizer's step made inside the model's backward
 // (Model::setOptimizerInBackward) against backward() then step(): the same parameters, optimizer
 // state and losses, bit for bit, for every built-in optimizer, in fp32 and both bf16s, through the
-// linear layers that fuse SGD into their gradients' pass (fp32 and emulated bf16: every batch
-// width, ragged rows and columns) and through the view-by-view step of the others; and its
+// linear layers that fuse SGD into their gradients' pass (fp32 and emulated bf16, and native bf16
+// on vdpbf16ps: every batch width, ragged rows and columns) and through the view-by-view step of
+// the others; and its
 // misuses, each a UsageError that leaves the parameters as they were.
 #include <gtest/gtest.h>
 
@@ -77,6 +78,14 @@ struct Mode {
 };
 const Mode kModes[] = {{Precision::kFp32, false}, {Precision::kBf16, false}, {Precision::kBf16, true}};
 
+// Whether a big linear layer makes its step in its own pass in mode m: fp32 and emulated bf16 on
+// linear_rows.cpp's kernels, native bf16 on linear_rows_bf16.cpp's (vdpbf16ps, not AMX).
+bool bigLinearFuses(const Mode& m) {
+  if (!cpuHasAvx512() || gemmBackend() != GemmBackend::kOneDnn) return false;
+  const bool emulated = m.emulated || bf16Mode() == Bf16Mode::kEmulated;
+  return m.precision == Precision::kFp32 || emulated || useLinearRowsBf16(32, 9216, 4096);
+}
+
 // Compares the two ways; returns whether a linear layer made its backward and step in one pass.
 bool expectSame(const std::function<Network()>& network, Mode m, const MakeOpt& make, int batch) {
   test::ModeScope scope(m.emulated ? Bf16Mode::kEmulated : bf16Mode());
@@ -113,9 +122,6 @@ TEST(StepInBackward, SgdThroughTheLinearLayersPassIsTheStepAfterBackward) {
                                                                    {{5, 15, 14, 1001}, {64, 40}},
                                                                    {{6, 20, 20, 1800}, {16, 40}},
                                                                    {{0, 32, 32, 1030}, {24}}};
-  // fp32 and emulated bf16 take the one pass wherever linear_rows.cpp's kernels run; native bf16
-  // steps view by view.
-  const bool rowsKernels = cpuHasAvx512() && gemmBackend() == GemmBackend::kOneDnn;
   for (const auto& [geom, batches] : shapes)
     for (int batch : batches)
       for (const Mode& m : kModes)
@@ -123,8 +129,7 @@ TEST(StepInBackward, SgdThroughTheLinearLayersPassIsTheStepAfterBackward) {
           SCOPED_TRACE(name + ", batch " + std::to_string(batch) + ", " + m.name() + ", " +
                        std::to_string(geom.hidden) + " hidden");
           const bool fused = expectSame([g = geom] { return bigLinear(g); }, m, make, batch);
-          const bool emulated = m.emulated || bf16Mode() == Bf16Mode::kEmulated;
-          EXPECT_EQ(fused, rowsKernels && (m.precision == Precision::kFp32 || emulated));
+          EXPECT_EQ(fused, bigLinearFuses(m));
         }
 }
 
@@ -158,7 +163,8 @@ TEST(StepInBackward, EveryOptimizerStepsInsideBackwardAsAfterIt) {
       {"adadelta", [](Model& m) { return optim::Adadelta(m, optim::AdadeltaOptions{1.f, 0.9f, 1e-6f, 1e-4f}); }}};
   // Three built-in networks; one of over 4M parameters (bf16's mirror streamed past the cache);
   // and one whose big linear layer is ragged in rows and columns, at a batch of 3 vectors. The
-  // last two's big layers fuse SGD, Adam and AdamW into their pass in fp32 and emulated bf16.
+  // last two's big layers fuse SGD, Adam and AdamW into their pass in fp32 and emulated bf16, and
+  // in native bf16 where it runs on vdpbf16ps.
   struct Net {
     std::string name;
     std::function<Network()> network;
@@ -170,14 +176,12 @@ TEST(StepInBackward, EveryOptimizerStepsInsideBackwardAsAfterIt) {
     networks.push_back({name, [name] { return models::network(models::ModelConfig{.name = name}); }, 16, false});
   networks.push_back({"4M parameters", [] { return bigLinear({6, 20, 20, 1800}); }, 16, true});
   networks.push_back({"ragged", [] { return bigLinear({5, 15, 14, 1001}); }, 40, true});
-  const bool rowsKernels = cpuHasAvx512() && gemmBackend() == GemmBackend::kOneDnn;
   for (const Net& net : networks)
     for (const Mode& m : kModes)
       for (const auto& [rule, make] : rules) {
         SCOPED_TRACE(net.name + ", " + rule + ", " + m.name());
         const bool fused = expectSame(net.network, m, make, net.batch);
-        const bool emulated = m.emulated || bf16Mode() == Bf16Mode::kEmulated;
-        EXPECT_EQ(fused, rowsKernels && net.big && rule != "adadelta" && (m.precision == Precision::kFp32 || emulated));
+        EXPECT_EQ(fused, net.big && rule != "adadelta" && bigLinearFuses(m));
       }
 }
 

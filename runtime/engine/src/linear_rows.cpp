@@ -33,35 +33,19 @@
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 #include "ops.hpp"
+#include "linear_rows_step.hpp"
 #include "update_rules.hpp"
 
 namespace xs::engine {
 namespace {
 
-constexpr int kLanes = 16;
-constexpr int kMaxBatch = 64;  // 4 vectors
-// Scratch: gemm()'s rounded copies and the convolutions' slots, not live meanwhile.
-constexpr int kXtSlot = 4, kDxtSlot = 5, kWholeSlot = 6, kPanelsSlot = 7;
-
-// x [batch, in] -> xT [in][width] (width = v * 16), zeros past the batch: ops_dense.cpp's tiled
-// transpose (nchwToNhwc), through a copy padded to whole vectors when the batch is not.
-void toColumns(Device& dev, float* xT, const float* x, int batch, int in, int width) {
-  if (batch < width) {
-    float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
-    std::copy(x, x + static_cast<std::size_t>(batch) * in, whole);
-    std::fill(whole + static_cast<std::size_t>(batch) * in, whole + static_cast<std::size_t>(width) * in, 0.f);
-    x = whole;
-  }
-  nchwToNhwc(xT, x, 1, width, in);
-}
-
-// xT [in][width] -> x [batch, in] (nhwcToNchw), the rows past the batch dropped.
-void fromColumns(Device& dev, float* x, const float* xT, int batch, int in, int width) {
-  if (batch == width) return nhwcToNchw(x, xT, 1, width, in);
-  float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
-  nhwcToNchw(whole, xT, 1, width, in);
-  std::copy(whole, whole + static_cast<std::size_t>(batch) * in, x);
-}
+using rows::kDxtSlot;
+using rows::kLanes;
+using rows::kMaxBatch;
+using rows::kPanelsSlot;
+using rows::kXtSlot;
+using rows::fromColumns;
+using rows::toColumns;
 
 // Output rows o0.. (R of them; rows past `out` run on the last row and are dropped).
 template <int V, int R>
@@ -87,13 +71,7 @@ __attribute__((target("avx512f"))) void rowsAvx512(float* y, const float* xT, co
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(wb, xv[v], acc[r][v]);
     }
   }
-  alignas(64) float t[R][V * kLanes];
-#pragma GCC unroll 32
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm512_store_ps(t[r] + v * kLanes, acc[r][v]);
-  for (int b = 0; b < batch; ++b)
-    for (int r = 0; r < R && o0 + r < out; ++r) y[static_cast<std::size_t>(b) * out + o0 + r] = t[r][b];
+  rows::storeRows(y, acc, batch, out, o0);
 }
 
 void rowsPortable(float* y, const float* x, const float* w, const float* bias, int batch, int in, int out) {
@@ -232,11 +210,9 @@ __attribute__((target("avx512f"))) void weightTile(const DyAt& dy, const float* 
 // vectors, the last one masked.
 template <int R, class Out>
 void weightTiles(const DyAt& dy, const float* xp, int batch, int o0, int k0, int k1, Out& out) {
-  constexpr int C = std::min(4, 24 / R);
-  int k = k0;
-  for (; k + C * kLanes <= k1; k += C * kLanes) weightTile<R, C>(dy, xp, batch, o0, k, 0xffff, out);
-  for (; k + kLanes <= k1; k += kLanes) weightTile<R, 1>(dy, xp, batch, o0, k, 0xffff, out);
-  if (k < k1) weightTile<R, 1>(dy, xp, batch, o0, k, static_cast<__mmask16>((1u << (k1 - k)) - 1), out);
+  rows::columnTiles<std::min(4, 24 / R)>(k0, k1, [&](auto c, int k, __mmask16 last) {
+    weightTile<R, c()>(dy, xp, batch, o0, k, last, out);
+  });
 }
 
 // The same for `rows` (1..kMaxRows) rows.
@@ -250,33 +226,16 @@ void weightTilesOf(int rows, const DyAt& dy, const float* xp, int batch, int o0,
   weightTilesOf<kMaxRows>(rows, dy, xp, batch, o0, k0, k1, out, std::make_integer_sequence<int, kMaxRows>());
 }
 
-// Where a weight gradient's tile goes: into dw (= or +=).
-struct IntoGradient {
-  float* dw;
-  int in;
-  bool overwrite;
-  __attribute__((target("avx512f"))) void operator()(__m512 v, int o, int k, __mmask16 lanes) const {
-    float* p = dw + static_cast<std::size_t>(o) * in + k;
-    if (!overwrite) v = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, p), v);
-    _mm512_mask_storeu_ps(p, lanes, v);
-  }
-};
-
-// ... or into a step of the weights it is the gradient of, by the rule of `Update` (below), their
-// rounding written into the mirror too (emulated bf16's, when there is one).
-template <class Update>
+// ... or into a step of the weights it is the gradient of (Step: rows::StepOf), their rounding
+// written into the mirror too (emulated bf16's, when there is one).
+template <class Step>
 struct IntoStep {
-  Update update;
-  float* w;  // the layer's weights, their momentum or moments and mirror: at the same offsets
-  float* first;
-  float* second;
+  Step step;
   float* rounded;
   int in;
   __attribute__((target("avx512f"))) void operator()(__m512 g, int o, int k, __mmask16 lanes) const {
     const std::size_t at = static_cast<std::size_t>(o) * in + k;
-    __m512 p = _mm512_maskz_loadu_ps(lanes, w + at);
-    update(p, g, lanes, first ? first + at : nullptr, second ? second + at : nullptr);
-    _mm512_mask_storeu_ps(w + at, lanes, p);
+    const __m512 p = step(g, at, lanes);
     if (!rounded) return;
     // Past the cache, as the optimizer streams a large mirror: the next forward reads it only
     // after the rest of the step, and a store through the cache would first read the line.
@@ -284,28 +243,6 @@ struct IntoStep {
     const __m512 bits = roundBf16(p);
     if (lanes == 0xffff && reinterpret_cast<std::uintptr_t>(r) % 64 == 0) _mm512_stream_ps(r, bits);
     else _mm512_mask_storeu_ps(r, lanes, bits);
-  }
-};
-
-// The rules: p updated from g, their state at m (and v) read and written in place.
-template <detail::Sgd kRule>
-struct SgdRule {
-  detail::SgdArgs args;
-  __attribute__((target("avx512f"))) void operator()(__m512& p, __m512 g, __mmask16 lanes, float* m, float*) const {
-    __m512 b = kRule == detail::Sgd::kPlain ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, m);
-    detail::sgdUpdate<kRule>(p, b, g, args);
-    if constexpr (kRule != detail::Sgd::kPlain) _mm512_mask_storeu_ps(m, lanes, b);
-  }
-};
-
-template <bool kDecoupled>
-struct AdamRule {
-  detail::AdamArgs args;
-  __attribute__((target("avx512f"))) void operator()(__m512& p, __m512 g, __mmask16 lanes, float* m, float* v) const {
-    __m512 m1 = _mm512_maskz_loadu_ps(lanes, m), v1 = _mm512_maskz_loadu_ps(lanes, v);
-    detail::adamUpdate<kDecoupled>(p, m1, v1, g, args);
-    _mm512_mask_storeu_ps(m, lanes, m1);
-    _mm512_mask_storeu_ps(v, lanes, v1);
   }
 };
 
@@ -347,20 +284,10 @@ void backwardWithStep(float* dxT, const float* dyT, const float* xp, const float
 template <int V>
 void backwardWithStep(float* dxT, const float* dyT, const float* xp, const float* wRead, int batch, int in, int out,
                       const detail::FusedStep& s, std::size_t offset) {
-  auto at = [offset](float* base) { return base ? base + offset : nullptr; };
-  auto run = [&](auto update) {
-    backwardWithStep<V>(dxT, dyT, xp, wRead, batch, in, out,
-                        IntoStep<decltype(update)>{update, at(s.values), at(s.first), at(s.second), at(s.rounded), in});
-  };
-  using Rule = detail::FusedStep::Rule;
-  switch (s.rule) {
-    case Rule::kSgd: return run(SgdRule<detail::Sgd::kPlain>{s.sgd});
-    case Rule::kSgdMomentum: return run(SgdRule<detail::Sgd::kMomentum>{s.sgd});
-    case Rule::kSgdNesterov: return run(SgdRule<detail::Sgd::kNesterov>{s.sgd});
-    case Rule::kAdam: return run(AdamRule<false>{s.adam});
-    case Rule::kAdamW: return run(AdamRule<true>{s.adam});
-    case Rule::kNone: return;
-  }
+  float* rounded = s.rounded ? s.rounded + offset : nullptr;
+  rows::withStep(s, offset, [&](auto step) {
+    backwardWithStep<V>(dxT, dyT, xp, wRead, batch, in, out, IntoStep<decltype(step)>{step, rounded, in});
+  });
 }
 
 }  // namespace
@@ -418,7 +345,7 @@ void linearWeightGradientRows(Device& dev, float* dw, const float* dy, const flo
   if (!cpuHasAvx512() || linearRowsPortableSlot()) return weightGradPortable(dw, dy, x, batch, in, out, overwrite);
   const float* xp = toPanels(dev, x, batch, in);
   const DyAt at{dy, static_cast<std::size_t>(out), 1};
-  const IntoGradient into{dw, in, overwrite};
+  const rows::IntoGradient into{dw, in, overwrite};
   constexpr int R = 8;
   for (int o0 = 0; o0 < out; o0 += R) weightTilesOf<R>(std::min(R, out - o0), at, xp, batch, o0, 0, in, into);
 }
@@ -449,3 +376,27 @@ bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float
 }
 
 }  // namespace xs::engine
+
+namespace xs::engine::rows {
+
+// x [batch, in] -> xT [in][width] (width = v * 16), zeros past the batch: ops_dense.cpp's tiled
+// transpose (nchwToNhwc), through a copy padded to whole vectors when the batch is not.
+void toColumns(Device& dev, float* xT, const float* x, int batch, int in, int width) {
+  if (batch < width) {
+    float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
+    std::copy(x, x + static_cast<std::size_t>(batch) * in, whole);
+    std::fill(whole + static_cast<std::size_t>(batch) * in, whole + static_cast<std::size_t>(width) * in, 0.f);
+    x = whole;
+  }
+  nchwToNhwc(xT, x, 1, width, in);
+}
+
+// xT [in][width] -> x [batch, in] (nhwcToNchw), the rows past the batch dropped.
+void fromColumns(Device& dev, float* x, const float* xT, int batch, int in, int width) {
+  if (batch == width) return nhwcToNchw(x, xT, 1, width, in);
+  float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
+  nhwcToNchw(whole, xT, 1, width, in);
+  std::copy(whole, whole + static_cast<std::size_t>(batch) * in, x);
+}
+
+}  // namespace xs::engine::rows

@@ -73,6 +73,22 @@ bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float
 bool& linearRowsPortableSlot();
 // Tests: how many times linearBackwardWithStep has made a layer's backward and step.
 std::uint64_t& linearStepsFused();
+// Native bf16 where it runs on AVX512-BF16's vdpbf16ps, not AMX (linear_rows_bf16.cpp): the
+// layers useLinearRows takes, unless the tests ask for the portable loops (linearRowsPortableSlot).
+bool useLinearRowsBf16(int batch, int in, int out);
+// The forward from bf16 bits: y [batch, out] = bias + x w^T, every sum from the bias over pairs
+// of k in order.
+void linearForwardBf16(Device& dev, float* y, const std::uint16_t* x, const std::uint16_t* w, const float* bias,
+                       int batch, int in, int out);
+// The weight gradient from bf16 bits: dw [out, in] = (or +=) dy^T x, every sum from zero over
+// pairs of b in order.
+void linearWeightGradientBf16(Device& dev, float* dw, const std::uint16_t* dy, const std::uint16_t* x, int batch,
+                              int in, int out, bool overwrite);
+// The step of the weights at `offset` into step's values from that gradient, never written (as
+// linearBackwardWithStep), their bits written into the store's bits mirror (step.bits); false
+// (nothing done) where useLinearRowsBf16 is false.
+bool linearWeightStepBf16(Device& dev, const std::uint16_t* dy, const std::uint16_t* x, int batch, int in, int out,
+                          const detail::FusedStep& step, std::size_t offset);
 // Native bf16 on AMX (linear_amx.cpp), from bf16 bits into float32; each returns false (nothing
 // done) where oneDNN runs no AMX kernels or the shape does not fit its tiles:
 // dw [O, I] (+)= dy^T [O, B] x [B, I], overwritten or added to (O a multiple of 16, I of 64);

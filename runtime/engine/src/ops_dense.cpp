@@ -119,6 +119,12 @@ const std::uint16_t* bf16Copy(Device& dev, Tensor& t, const float* src, std::siz
   return out;
 }
 const std::uint16_t* bitsOf(const Tensor& t) { return reinterpret_cast<const std::uint16_t*>(t.data()); }
+
+// Native bf16's backward by linear_rows_bf16.cpp's kernels: x as forward converted it, on
+// vdpbf16ps (no AMX), the layers linearRows takes in fp32.
+bool bf16Rows(Device& dev, const RoundedOperands* r, int B, int I, int O) {
+  return nativeLinear(dev, r) && !r->xBf16.empty() && useLinearRowsBf16(B, I, O);
+}
 }  // namespace
 
 void linearForward(Device& dev, float* y, const float* x, const float* w, const float* b, int B,
@@ -127,6 +133,7 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
   if (nativeLinear(dev, r)) {
     const auto* xb = bf16Copy(dev, r->xBf16, x, static_cast<std::size_t>(B) * I);
     const auto* wb = r->wBits ? r->wBits : bf16Copy(dev, r->wBf16, w, static_cast<std::size_t>(O) * I);
+    if (useLinearRowsBf16(B, I, O)) return linearForwardBf16(dev, y, xb, wb, b, B, I, O);
     if (linearForwardAmx(dev, y, xb, wb, b, B, I, O)) return;
     if (b)
       for (int i = 0; i < B; ++i) std::memcpy(y + static_cast<std::size_t>(i) * O, b, O * sizeof(float));
@@ -152,6 +159,15 @@ void biasGradient(float* db, const float* dy, int B, int O, bool overwrite) {
   for (int i = 0; i < B; ++i) accumulate(db, dy + static_cast<std::size_t>(i) * O, O);
 }
 
+// Native bf16's dx [B, I] = dy [B, O] * w [O, I] from their bits (dy and w as floats where no
+// kernel takes them).
+void nativeDataGradient(Device& dev, float* dx, const std::uint16_t* dyb, const std::uint16_t* wb, const float* dy,
+                        const float* w, int B, int I, int O) {
+  if (!linearDataGradientAmx(dev, dx, dyb, wb, B, I, O) &&
+      !detail::gemmBf16(dev, false, false, B, I, O, dyb, true, O, wb, true, I, 0.f, dx, I))
+    gemm(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
+}
+
 // Emulated bf16's operands as forward and backward round them (x and w by forward, dy here).
 struct RoundedInputs {
   const float *dy, *x, *w;
@@ -167,8 +183,15 @@ bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, c
                            int I, int O, RoundedOperands* r, const detail::FusedStep& step, std::size_t offset) {
   // Where linearBackward takes the same kernels (the gradients' bits): linear_rows.cpp's, in fp32
   // or emulated bf16, whose step writes the rounded mirror as well.
+  if (bf16Rows(dev, r, B, I, O)) {  // native bf16: dx as linearBackward makes it, then the step
+    biasGradient(db, dy, B, O, true);
+    const auto* dyb = bf16Copy(dev, r->dyBf16, dy, static_cast<std::size_t>(B) * O);
+    const auto* wb = r->wBits ? r->wBits : bitsOf(r->wBf16);
+    if (dx) nativeDataGradient(dev, dx, dyb, wb, dy, w, B, I, O);
+    return linearWeightStepBf16(dev, dyb, bitsOf(r->xBf16), B, I, O, step, offset);
+  }
   const bool emulated = r && emulatesBf16(dev);
-  if ((!emulated && dev.precision() != Precision::kFp32) || (emulated && !step.rounded) ||
+  if ((!emulated && dev.precision() != Precision::kFp32) || (emulated && !step.rounded) || step.bits ||
       !linearRows(dev, emulated, B, I, O) || linearRowsPortableSlot())
     return false;
   biasGradient(db, dy, B, O, true);
@@ -184,12 +207,11 @@ void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     const auto* dyb = bf16Copy(dev, r->dyBf16, dy, static_cast<std::size_t>(B) * O);
     const auto* wb = r->wBits ? r->wBits : bitsOf(r->wBf16);
     // dw [O, I] (+)= dy^T [O, B] * x [B, I]; dx [B, I] = dy [B, O] * w [O, I]
-    if (!linearWeightGradientAmx(dev, dw, dyb, bitsOf(r->xBf16), B, I, O, beta == 0.f) &&
+    if (bf16Rows(dev, r, B, I, O)) linearWeightGradientBf16(dev, dw, dyb, bitsOf(r->xBf16), B, I, O, beta == 0.f);
+    else if (!linearWeightGradientAmx(dev, dw, dyb, bitsOf(r->xBf16), B, I, O, beta == 0.f) &&
         !detail::gemmBf16(dev, true, false, O, I, B, dyb, true, O, bitsOf(r->xBf16), true, I, beta, dw, I))
       gemm(dev, true, false, O, I, B, dy, O, x, I, beta, dw, I);
-    if (dx && !linearDataGradientAmx(dev, dx, dyb, wb, B, I, O) &&
-        !detail::gemmBf16(dev, false, false, B, I, O, dyb, true, O, wb, true, I, 0.f, dx, I))
-      gemm(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
+    if (dx) nativeDataGradient(dev, dx, dyb, wb, dy, w, B, I, O);
     return;
   }
   const bool emulated = r && emulatesBf16(dev);

@@ -273,7 +273,7 @@ class ViewedRule : public Optimizer {
     stepView(0, params_.size(), g);
     ++steps_;
   }
-  // The step a kernel may fuse: between beginViews and endViews, with no bits mirror to write.
+  // The step a kernel may fuse: between beginViews and endViews.
   FusedStep fusable() const { return fusable_; }
 
  protected:
@@ -282,7 +282,7 @@ class ViewedRule : public Optimizer {
   void beginViews() override {
     prepare();
     target_ = ParamStoreAccess::target(params_);
-    fusable_ = target_.bits ? FusedStep{} : fuse();
+    fusable_ = fuse();
   }
   void endViews() override {
     ParamStoreAccess::written(params_, target_);
@@ -328,7 +328,7 @@ class SgdRule : public ViewedRule {
     using Rule = FusedStep::Rule;
     FusedStep f;
     f.rule = state_.empty() ? Rule::kSgd : o_.nesterov ? Rule::kSgdNesterov : Rule::kSgdMomentum;
-    f.values = target_.values, f.rounded = target_.rounded, f.sgd = args_;
+    f.values = target_.values, f.rounded = target_.rounded, f.bits = target_.bits, f.sgd = args_;
     f.first = state_.empty() ? nullptr : state(0, 0);
     return f;
   }
@@ -371,7 +371,7 @@ class AdamRule : public ViewedRule {
   FusedStep fuse() override {
     FusedStep f;
     f.rule = decoupled_ ? FusedStep::Rule::kAdamW : FusedStep::Rule::kAdam;
-    f.values = target_.values, f.rounded = target_.rounded, f.adam = args_;
+    f.values = target_.values, f.rounded = target_.rounded, f.bits = target_.bits, f.adam = args_;
     f.first = state(0, 0), f.second = state(1, 0);
     return f;
   }

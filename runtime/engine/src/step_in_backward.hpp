@@ -21,8 +21,7 @@ class StepInBackward {
   void ready(std::size_t first, std::size_t last);
   // A kernel made view i's step itself.
   void stepped(std::size_t i) { done_[i] = 1; }
-  // The step a kernel may make itself (SGD or Adam), or null (another optimizer, or native
-  // bf16's bits mirror to write as well).
+  // The step a kernel may make itself (SGD, Adam or AdamW), or null (another optimizer).
   const FusedStep* fused() const { return fused_.rule != FusedStep::Rule::kNone ? &fused_ : nullptr; }
   // Steps the views no module reported, then ends the step (Optimizer::endViews).
   void finish();
@@ -34,8 +33,8 @@ class StepInBackward {
   FusedStep fused_{};
 };
 
-// The step an optimizer began in beginViews, when it is optim::SGD, Adam or AdamW and its store
-// keeps no bf16 bits mirror; rule kNone otherwise (optim.cpp).
+// The step an optimizer began in beginViews, when it is optim::SGD, Adam or AdamW; rule kNone
+// otherwise (optim.cpp).
 FusedStep fusableStep(const optim::Optimizer& opt);
 
 }  // namespace xs::engine::detail

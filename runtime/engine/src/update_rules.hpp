@@ -8,6 +8,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace xs::engine::detail {
 
 enum class Sgd { kPlain, kMomentum, kNesterov };
@@ -50,8 +52,8 @@ template <bool kDecoupled>
   p = w - a.stepSize * (m / denom);
 }
 
-// An optimizer's step made inside backward over a store with no bf16 bits mirror, as a kernel
-// that fuses it sees it (StepInBackward::fused).
+// An optimizer's step made inside backward, as a kernel that fuses it sees it
+// (StepInBackward::fused).
 struct FusedStep {
   enum class Rule { kNone, kSgd, kSgdMomentum, kSgdNesterov, kAdam, kAdamW };
   Rule rule = Rule::kNone;
@@ -59,6 +61,7 @@ struct FusedStep {
   float* first = nullptr;    // SGD's momentum buffer, Adam's first moment (null for plain SGD)
   float* second = nullptr;   // Adam's second moment
   float* rounded = nullptr;  // the store's mirror of rounded floats (emulated bf16), written too; or null
+  std::uint16_t* bits = nullptr;  // the store's mirror of bf16 bits (native bf16), written too; or null
   SgdArgs sgd{};
   AdamArgs adam{};
 };

@@ -1,0 +1,129 @@
+// test_linear_rows_bf16.cpp: native bf16's forward and weight gradient of the big linear layers
+// on vdpbf16ps (linear_rows_bf16.cpp) against scalar sums of the same pairs in the same order,
+// bit for bit, and against double-precision sums; over batches of 1 to 4 vectors (odd ones too),
+// odd row and column counts, columns ragged against the tiles; and where the layers take them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "gemm.hpp"
+#include "golden_util.hpp"
+#include "ops.hpp"
+#include "test_util.hpp"
+
+namespace xs::engine {
+namespace {
+using golden::Vec;
+using Bits = std::vector<std::uint16_t>;
+
+struct Case {
+  int batch, in, out;
+};
+
+Bits bitsOf(const Vec& v) {
+  Bits b(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) b[i] = toBf16Bits(v[i]);
+  return b;
+}
+float value(std::uint16_t b) { return bf16BitsToFloat(b); }
+
+// One lane of vdpbf16ps: acc += hi products, then += lo products (exact products of bf16s).
+float pairStep(float acc, float aLo, float bLo, float aHi, float bHi) {
+  acc = acc + aHi * bHi;
+  return acc + aLo * bLo;
+}
+
+// y[b][o] = bias[o] + sum over pairs (k, k+1) in order of w[o][k] * x[b][k]; dw[o][k] over pairs
+// (b, b+1) of dy[b][o] * x[b][k]; a missing partner counts as zero.
+Vec yReference(const Case& c, const Bits& x, const Bits& w, const float* bias) {
+  Vec y(static_cast<std::size_t>(c.batch) * c.out);
+  auto at = [&](const Bits& m, int r, int k) { return k < c.in ? value(m[r * c.in + k]) : 0.f; };
+  for (int b = 0; b < c.batch; ++b)
+    for (int o = 0; o < c.out; ++o) {
+      float acc = bias ? bias[o] : 0.f;
+      for (int k = 0; k < c.in; k += 2)
+        acc = pairStep(acc, at(w, o, k), at(x, b, k), at(w, o, k + 1), at(x, b, k + 1));
+      y[static_cast<std::size_t>(b) * c.out + o] = acc;
+    }
+  return y;
+}
+Vec dwReference(const Case& c, const Bits& dy, const Bits& x) {
+  Vec dw(static_cast<std::size_t>(c.out) * c.in);
+  auto at = [&](const Bits& m, int b, int col, int cols) { return b < c.batch ? value(m[b * cols + col]) : 0.f; };
+  for (int o = 0; o < c.out; ++o)
+    for (int k = 0; k < c.in; ++k) {
+      float acc = 0.f;
+      for (int b = 0; b < c.batch; b += 2)
+        acc = pairStep(acc, at(dy, b, o, c.out), at(x, b, k, c.in), at(dy, b + 1, o, c.out), at(x, b + 1, k, c.in));
+      dw[static_cast<std::size_t>(o) * c.in + k] = acc;
+    }
+  return dw;
+}
+
+// Batches of 2, 1 (odd), 4 and 3 vectors; rows not a multiple of the forward's 24 / V rows or
+// the weight gradient's 4-row tiles, and odd; columns odd and ragged against the 96-column tiles.
+const Case kCases[] = {{32, 300, 50}, {5, 17, 31}, {64, 100, 13}, {40, 64, 8}, {1, 3, 1}, {40, 1601, 20}};
+
+TEST(LinearRowsBf16, ForwardIsTheSumsOfItsPairsBitForBit) {
+  if (!useLinearRowsBf16(32, 9216, 4096)) GTEST_SKIP() << "bf16 here runs on AMX or is not native";
+  Device dev;
+  for (const Case& c : kCases)
+    for (bool bias : {true, false}) {
+      const Bits x = bitsOf(test::pattern(static_cast<std::size_t>(c.batch) * c.in, 21)),
+                 w = bitsOf(test::pattern(static_cast<std::size_t>(c.out) * c.in, 22));
+      const Vec b = test::pattern(c.out, 23);
+      Vec y(static_cast<std::size_t>(c.batch) * c.out, 7.f);
+      linearForwardBf16(dev, y.data(), x.data(), w.data(), bias ? b.data() : nullptr, c.batch, c.in, c.out);
+      SCOPED_TRACE(std::to_string(c.batch) + "x" + std::to_string(c.in) + " -> " + std::to_string(c.out) +
+                   (bias ? " bias" : ""));
+      EXPECT_EQ(y, yReference(c, x, w, bias ? b.data() : nullptr));
+      // And the sums themselves, in doubles, to fp32's tolerance.
+      for (int i = 0; i < c.batch; ++i)
+        for (int o = 0; o < c.out; o += 3) {
+          double sum = bias ? b[o] : 0.0;
+          for (int k = 0; k < c.in; ++k) sum += double(value(w[o * c.in + k])) * value(x[i * c.in + k]);
+          EXPECT_NEAR(y[static_cast<std::size_t>(i) * c.out + o], sum, 1e-4 * (1 + std::abs(sum)));
+        }
+    }
+}
+
+TEST(LinearRowsBf16, WeightGradientIsTheSumsOfItsPairsBitForBit) {
+  if (!useLinearRowsBf16(32, 9216, 4096)) GTEST_SKIP() << "bf16 here runs on AMX or is not native";
+  Device dev;
+  for (const Case& c : kCases)
+    for (bool overwrite : {true, false}) {
+      const Bits dy = bitsOf(test::pattern(static_cast<std::size_t>(c.batch) * c.out, 24)),
+                 x = bitsOf(test::pattern(static_cast<std::size_t>(c.batch) * c.in, 25));
+      const Vec before = test::pattern(static_cast<std::size_t>(c.out) * c.in, 26);
+      Vec dw = before;
+      linearWeightGradientBf16(dev, dw.data(), dy.data(), x.data(), c.batch, c.in, c.out, overwrite);
+      Vec want = dwReference(c, dy, x);
+      if (!overwrite)
+        for (std::size_t i = 0; i < want.size(); ++i) want[i] = before[i] + want[i];
+      SCOPED_TRACE(std::to_string(c.batch) + "x" + std::to_string(c.in) + " -> " + std::to_string(c.out) +
+                   (overwrite ? " =" : " +="));
+      EXPECT_EQ(dw, want);
+      for (int o = 0; o < c.out; ++o)
+        for (int k = 0; k < c.in; k += 7) {
+          double sum = 0;
+          for (int b = 0; b < c.batch; ++b) sum += double(value(dy[b * c.out + o])) * value(x[b * c.in + k]);
+          EXPECT_NEAR(dw[static_cast<std::size_t>(o) * c.in + k] - (overwrite ? 0.f : before[o * c.in + k]), sum,
+                      1e-4 * (1 + std::abs(sum)));
+        }
+    }
+}
+
+TEST(LinearRowsBf16, NativeLayersTakeThemWhereBf16RunsOnVdpbf16ps) {
+  const bool here = cpuHasAvx512() && cpuHasBf16() && !oneDnnRunsAmx();
+  EXPECT_EQ(useLinearRowsBf16(32, 9216, 4096), here);  // AlexNet's fc1
+  EXPECT_FALSE(useLinearRowsBf16(128, 9216, 4096));    // past 4 vectors of batch
+  EXPECT_FALSE(useLinearRowsBf16(32, 1000, 1000));     // under 2^20 weights
+  linearRowsPortableSlot() = true;
+  EXPECT_FALSE(useLinearRowsBf16(32, 9216, 4096));
+  linearRowsPortableSlot() = false;
+}
+
+}  // namespace
+}  // namespace xs::engine
