@@ -1,4 +1,4 @@
-// test_linear_rows_bf16.cpp: native bf16's forward and weight gradient of the big linear layers
+// test_linear_rows_bf16.cpp: native bf16's forward and both gradients of the big linear layers
 // on vdpbf16ps (linear_rows_bf16.cpp) against scalar sums of the same pairs in the same order,
 // bit for bit, and against double-precision sums; over batches of 1 to 4 vectors (odd ones too),
 // odd row and column counts, columns ragged against the tiles; and where the layers take them.
@@ -35,8 +35,8 @@ float pairStep(float acc, float aLo, float bLo, float aHi, float bHi) {
   return acc + aLo * bLo;
 }
 
-// y[b][o] = bias[o] + sum over pairs (k, k+1) in order of w[o][k] * x[b][k]; dw[o][k] over pairs
-// (b, b+1) of dy[b][o] * x[b][k]; a missing partner counts as zero.
+// y[b][o] = bias[o] + sum over pairs (k, k+1) in order of w[o][k] * x[b][k]; dx and dw below
+// likewise over pairs of o and of b; a missing partner counts as zero.
 Vec yReference(const Case& c, const Bits& x, const Bits& w, const float* bias) {
   Vec y(static_cast<std::size_t>(c.batch) * c.out);
   auto at = [&](const Bits& m, int r, int k) { return k < c.in ? value(m[r * c.in + k]) : 0.f; };
@@ -48,6 +48,20 @@ Vec yReference(const Case& c, const Bits& x, const Bits& w, const float* bias) {
       y[static_cast<std::size_t>(b) * c.out + o] = acc;
     }
   return y;
+}
+
+// dx[b][k] = sum over pairs (o, o+1) in order of w[o][k] * dy[b][o].
+Vec dxReference(const Case& c, const Bits& dy, const Bits& w) {
+  Vec dx(static_cast<std::size_t>(c.batch) * c.in);
+  auto at = [&](const Bits& m, int b, int o) { return o < c.out ? value(m[b * c.out + o]) : 0.f; };
+  auto wAt = [&](int o, int k) { return o < c.out ? value(w[o * c.in + k]) : 0.f; };
+  for (int b = 0; b < c.batch; ++b)
+    for (int k = 0; k < c.in; ++k) {
+      float acc = 0.f;
+      for (int o = 0; o < c.out; o += 2) acc = pairStep(acc, wAt(o, k), at(dy, b, o), wAt(o + 1, k), at(dy, b, o + 1));
+      dx[static_cast<std::size_t>(b) * c.in + k] = acc;
+    }
+  return dx;
 }
 Vec dwReference(const Case& c, const Bits& dy, const Bits& x) {
   Vec dw(static_cast<std::size_t>(c.out) * c.in);
@@ -62,9 +76,12 @@ Vec dwReference(const Case& c, const Bits& dy, const Bits& x) {
   return dw;
 }
 
-// Batches of 2, 1 (odd), 4 and 3 vectors; rows not a multiple of the forward's 24 / V rows or
-// the weight gradient's 4-row tiles, and odd; columns odd and ragged against the 96-column tiles.
-const Case kCases[] = {{32, 300, 50}, {5, 17, 31}, {64, 100, 13}, {40, 64, 8}, {1, 3, 1}, {40, 1601, 20}};
+// Batches of 2, 1 (odd), 4 and 3 vectors (and not a multiple of the input gradient's 8 rows);
+// rows not a multiple of the forward's 24 / V rows or the weight gradient's 4-row tiles, odd,
+// and over the input gradient's chunks of 128 (301: three, the last odd); columns odd and ragged
+// against the tiles of 96 and the strips of 32.
+const Case kCases[] = {{32, 300, 50}, {5, 17, 31}, {64, 100, 13}, {40, 64, 8},
+                       {1, 3, 1},     {40, 1601, 20}, {13, 70, 301}};
 
 TEST(LinearRowsBf16, ForwardIsTheSumsOfItsPairsBitForBit) {
   if (!useLinearRowsBf16(32, 9216, 4096)) GTEST_SKIP() << "bf16 here runs on AMX or is not native";
@@ -87,6 +104,25 @@ TEST(LinearRowsBf16, ForwardIsTheSumsOfItsPairsBitForBit) {
           EXPECT_NEAR(y[static_cast<std::size_t>(i) * c.out + o], sum, 1e-4 * (1 + std::abs(sum)));
         }
     }
+}
+
+TEST(LinearRowsBf16, InputGradientIsTheSumsOfItsPairsBitForBit) {
+  if (!useLinearRowsBf16(32, 9216, 4096)) GTEST_SKIP() << "bf16 here runs on AMX or is not native";
+  Device dev;
+  for (const Case& c : kCases) {
+    const Bits dy = bitsOf(test::pattern(static_cast<std::size_t>(c.batch) * c.out, 27)),
+               w = bitsOf(test::pattern(static_cast<std::size_t>(c.out) * c.in, 28));
+    Vec dx(static_cast<std::size_t>(c.batch) * c.in, 7.f);
+    linearDataGradientBf16(dev, dx.data(), dy.data(), w.data(), c.batch, c.in, c.out);
+    SCOPED_TRACE(std::to_string(c.batch) + "x" + std::to_string(c.in) + " -> " + std::to_string(c.out));
+    EXPECT_EQ(dx, dxReference(c, dy, w));
+    for (int b = 0; b < c.batch; ++b)
+      for (int k = 0; k < c.in; k += 5) {
+        double sum = 0;
+        for (int o = 0; o < c.out; ++o) sum += double(value(w[o * c.in + k])) * value(dy[b * c.out + o]);
+        EXPECT_NEAR(dx[static_cast<std::size_t>(b) * c.in + k], sum, 1e-4 * (1 + std::abs(sum)));
+      }
+  }
 }
 
 TEST(LinearRowsBf16, WeightGradientIsTheSumsOfItsPairsBitForBit) {

@@ -1,4 +1,4 @@
-// linear_rows_bf16.cpp: native bf16's forward and weight gradient of the linear layers with many
+// linear_rows_bf16.cpp: native bf16's forward and gradients of the linear layers with many
 // weights at a small batch (AlexNet's classifier: 9216 -> 4096 at batch 32) where bf16 runs on
 // AVX512-BF16's vdpbf16ps, not on AMX. vdpbf16ps adds the products of a pair of bf16 values to
 // each fp32 lane (the high half's product first, as the instruction defines it), so every
@@ -7,19 +7,22 @@
 //   forward:         y[b][o] = bias[o] + sum over pairs (k, k+1), in order, of w[o][k] * x[b][k]
 //                    (R output rows at once, each weight pair broadcast straight from the bits
 //                    row against x's pairs [k / 2][batch] as V vectors: R * V sums)
+//   input gradient:  dx[b][k] = sum over pairs (o, o+1), in order, of w[o][k] * dy[b][o]
+//                    (w's rows packed 128 at a time into strips of 32 columns, two rows
+//                    interleaved; 8 batch rows x 32 columns of sums, dy's pair broadcast)
 //   weight gradient: dw[o][k] = sum over pairs (b, b+1), in order, of dy[b][o] * x[b][k]
 //                    (tiles of R rows x C vectors of k in registers, dy's pair broadcast, x from
 //                    panels of 16 columns, each [batch / 2][16 pairs] contiguous)
 //
-// Against oneDNN's bf16 matmul on AlexNet's fc1 (Zen 4): forward 12.4 against 15.4 ms, weight
-// gradient 15.7 against 21-23 ms; the input gradient stays oneDNN's (a kernel of this form that
-// pairs the rows first ran no faster). Each sum runs from zero (or the bias), its bits
-// independent of the tiling, so the same tiles make the gradient alone (linearBackward) and
-// inside a step (linearBackwardStepped): with SGD, Adam or AdamW inside backward they update the
-// weights straight from the registers, the gradient never written, and stream the new bits into
-// the store's mirror for the next forward. This file is built with -ffp-contract=off
-// (update_rules.hpp): the update has the optimizer's bits.
+// Against oneDNN's bf16 matmul on AlexNet's fc1 (Zen 4, 2 MiB pages): forward 11.2 against
+// 14.5 ms, input gradient 16.3 against 19.3 ms, weight gradient 14.8 against 17.5 ms. Each sum
+// runs from zero (or the bias), its bits independent of the tiling, so the same tiles make the
+// gradient alone (linearBackward) and inside a step (linearBackwardStepped): with SGD, Adam or
+// AdamW inside backward they update the weights straight from the registers, the gradient never
+// written, and stream the new bits into the store's mirror for the next forward. This file is
+// built with -ffp-contract=off (update_rules.hpp): the update has the optimizer's bits.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <immintrin.h>
@@ -37,8 +40,8 @@ using rows::kLanes;
 // The weight gradient's tiles: 4 rows x 6 vectors (6 x 4 and 3 x 8 ran as fast; 2 x 12 and 8 x 3
 // slower).
 constexpr int kTileRows = 4;
-// Scratch: x's pairs in rows::kXtSlot (forward), dy's in kDxtSlot and x's panels in kPanelsSlot
-// (weight gradient).
+// Scratch: x's pairs (forward) and w's packed rows (input gradient) in rows::kXtSlot, dy's pairs
+// in kDxtSlot and x's panels in kPanelsSlot (weight gradient).
 
 std::uint32_t pairOf(std::uint16_t low, std::uint16_t high) { return low | static_cast<std::uint32_t>(high) << 16; }
 
@@ -138,6 +141,77 @@ void allForwardRows(float* y, const std::uint32_t* xq, const std::uint16_t* w, c
   for (int o0 = 0; o0 < out; o0 += R) forwardRows<V, R>(y, xq, w, bias, batch, in, out, o0);
 }
 
+// The input gradient's weights, kChunkRows rows at a time: each row read once, in order, into
+// strips of 32 columns, each strip the chunk's pairs of rows (o, o+1) as two vectors (unpacked:
+// k 0-3, 8-11, ... in the first, 4-7, 12-15, ... in the second), a missing last row as zeros.
+// (Read in place, strip by strip, the rows' stride maps them onto a few cache sets and each line
+// comes alone from memory: 1.5x slower.)
+constexpr int kChunkRows = 128;
+
+XS_BF16_TARGET void packChunk(__m512i* packed, const std::uint16_t* w, int in, int out, int o0, int pairs) {
+  const int strips = (in + 31) / 32;
+  for (int q = 0; q < pairs; ++q) {
+    const int o = o0 + 2 * q;
+    const std::uint16_t* row = w + static_cast<std::size_t>(o) * in;
+    for (int s = 0; s < strips; ++s) {
+      const int n = std::min(32, in - 32 * s);
+      const __mmask32 m = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+      const __m512i a = _mm512_maskz_loadu_epi16(m, row + 32 * s);
+      const __m512i b = o + 1 < out ? _mm512_maskz_loadu_epi16(m, row + in + 32 * s) : _mm512_setzero_si512();
+      __m512i* to = packed + (static_cast<std::size_t>(s) * pairs + q) * 2;
+      _mm512_store_si512(to, _mm512_unpacklo_epi16(a, b));
+      _mm512_store_si512(to + 1, _mm512_unpackhi_epi16(a, b));
+    }
+  }
+}
+
+// Input gradient: dx [batch][in]'s columns k0.. (32, those in `lanes`) for batch rows b0.. (R;
+// rows past the batch run on the last one and are dropped), summed on from dx (from zero for the
+// first chunk) over the chunk's pairs of rows from o0 on, in order, from their strip; dy's pair
+// broadcast straight from its row.
+template <int R>
+XS_BF16_TARGET void gradColumns(float* dx, const std::uint16_t* dy, const __m512i* strip, int pairs, int batch,
+                                int in, int out, int o0, int b0, int k0, __mmask32 lanes) {
+  // The vectors' order (128-bit chunks of columns alternating between the two) and back.
+  const __m512i toFirst = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const __m512i toSecond = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  const __m512i fromFirst = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i fromSecond = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const __mmask16 low = static_cast<__mmask16>(lanes), high = static_cast<__mmask16>(lanes >> 16);
+  __m512 acc[R][2];
+  const std::uint16_t* dyRow[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const int b = std::min(b0 + r, batch - 1);
+    dyRow[r] = dy + static_cast<std::size_t>(b) * out;
+    const float* from = dx + static_cast<std::size_t>(b) * in + k0;
+    const __m512 v0 = o0 ? _mm512_maskz_loadu_ps(low, from) : _mm512_setzero_ps();
+    const __m512 v1 = o0 ? _mm512_maskz_loadu_ps(high, from + kLanes) : _mm512_setzero_ps();
+    acc[r][0] = _mm512_permutex2var_ps(v0, toFirst, v1);
+    acc[r][1] = _mm512_permutex2var_ps(v0, toSecond, v1);
+  }
+  auto pairOfRows = [&](int q, bool last) XS_BF16_TARGET {
+    const __m512i lo = _mm512_load_si512(strip + 2 * q), hi = _mm512_load_si512(strip + 2 * q + 1);
+    const int o = o0 + 2 * q;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i d = _mm512_set1_epi32(static_cast<int>(last ? dyRow[r][o] : pairAt(dyRow[r], o)));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (Bh)lo, (Bh)d);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (Bh)hi, (Bh)d);
+    }
+  };
+  const int whole = o0 + 2 * pairs <= out ? pairs : pairs - 1;
+  for (int q = 0; q < whole; ++q) pairOfRows(q, false);
+  if (whole < pairs) pairOfRows(whole, true);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (b0 + r >= batch) break;
+    float* to = dx + static_cast<std::size_t>(b0 + r) * in + k0;
+    _mm512_mask_storeu_ps(to, low, _mm512_permutex2var_ps(acc[r][0], fromFirst, acc[r][1]));
+    _mm512_mask_storeu_ps(to + kLanes, high, _mm512_permutex2var_ps(acc[r][0], fromSecond, acc[r][1]));
+  }
+}
+
 // The weight gradient's tile of rows o0.. (R) by columns k.. (C vectors, the last one's lanes
 // `last`), each a sum from zero over the batch's pairs in order; out(value, o, k, lanes) takes it.
 template <int R, int C, class Out>
@@ -162,9 +236,16 @@ XS_BF16_TARGET void weightTile(const std::uint32_t* dyB, const std::uint32_t* xp
     }
   }
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
+    if constexpr (C % 2 == 0 && requires { out.two(acc[0][0], acc[0][0], 0, 0, last); }) {
 #pragma GCC unroll 12
-    for (int c = 0; c < C; ++c) out(acc[r][c], o0 + r, k + c * kLanes, c == C - 1 ? last : __mmask16{0xffff});
+      for (int c = 0; c < C; c += 2)
+        out.two(acc[r][c], acc[r][c + 1], o0 + r, k + c * kLanes, c + 1 == C - 1 ? last : __mmask16{0xffff});
+    } else {
+#pragma GCC unroll 12
+      for (int c = 0; c < C; ++c) out(acc[r][c], o0 + r, k + c * kLanes, c == C - 1 ? last : __mmask16{0xffff});
+    }
+  }
 }
 
 // Rows [o0, o0 + R) by columns [k0, k1): tiles of C vectors, then single ones, the last masked.
@@ -207,6 +288,27 @@ struct IntoStepBits {
     if (lanes == 0xffff && reinterpret_cast<std::uintptr_t>(r) % 32 == 0) _mm256_stream_si256((__m256i*)r, b);
     else _mm256_mask_storeu_epi16(r, lanes, b);
   }
+  // Two vectors side by side (the second's lanes `lanes`): their bits streamed as one whole cache
+  // line where they fill one (1.07x on AlexNet's fc1 against two halves).
+  XS_BF16_TARGET void two(__m512 g0, __m512 g1, int o, int k, __mmask16 lanes) const {
+    const std::size_t at = static_cast<std::size_t>(o) * in + k;
+    std::uint16_t* r = bits ? bits + at : nullptr;
+    if (!r || lanes != 0xffff || reinterpret_cast<std::uintptr_t>(r) % 64 != 0) {
+      (*this)(g0, o, k, 0xffff);
+      return (*this)(g1, o, k + kLanes, lanes);
+    }
+    const __m512 p0 = step(g0, at, 0xffff), p1 = step(g1, at + kLanes, 0xffff);
+    // The upper halves of the rounded floats: 16-bit words 1, 3, ..., 31 of p0, then of p1.
+    static constexpr auto kUpper = [] {
+      std::array<std::uint16_t, 32> w{};
+      for (int i = 0; i < 32; ++i) w[i] = static_cast<std::uint16_t>(2 * i + 1);
+      return w;
+    }();
+    const __m512i upper = _mm512_loadu_si512(kUpper.data());
+    const __m512i b = _mm512_permutex2var_epi16(_mm512_castps_si512(roundBf16(p0)), upper,
+                                                _mm512_castps_si512(roundBf16(p1)));
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(r), b);
+  }
 };
 
 // The weight gradient's pass: kTileRows rows at a time over all columns, into `into`.
@@ -231,6 +333,27 @@ void linearForwardBf16(Device& dev, float* y, const std::uint16_t* x, const std:
     case 2: return allForwardRows<2>(y, xq, w, bias, batch, in, out);
     case 3: return allForwardRows<3>(y, xq, w, bias, batch, in, out);
     default: return allForwardRows<4>(y, xq, w, bias, batch, in, out);
+  }
+}
+
+void linearDataGradientBf16(Device& dev, float* dx, const std::uint16_t* dy, const std::uint16_t* w, int batch,
+                            int in, int out) {
+  // kChunkRows rows at a time, packed; then 32 columns at a time, 8 batch rows at a time, the
+  // columns' strip (16 KB) in L1 for every batch row.
+  constexpr int R = 8;
+  const int strips = (in + 31) / 32;
+  auto* packed = reinterpret_cast<__m512i*>(
+      dev.scratch(rows::kXtSlot, static_cast<std::size_t>(strips) * kChunkRows * kLanes));  // 64-byte aligned
+  for (int o0 = 0; o0 < out; o0 += kChunkRows) {
+    const int pairs = (std::min(kChunkRows, out - o0) + 1) / 2;
+    packChunk(packed, w, in, out, o0, pairs);
+    for (int s = 0; s < strips; ++s) {
+      const int n = std::min(32, in - 32 * s);
+      const __mmask32 lanes = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+      const __m512i* strip = packed + static_cast<std::size_t>(s) * pairs * 2;
+      for (int b0 = 0; b0 < batch; b0 += R)
+        gradColumns<R>(dx, dy, strip, pairs, batch, in, out, o0, b0, 32 * s, lanes);
+    }
   }
 }
 

@@ -80,6 +80,10 @@ bool useLinearRowsBf16(int batch, int in, int out);
 // of k in order.
 void linearForwardBf16(Device& dev, float* y, const std::uint16_t* x, const std::uint16_t* w, const float* bias,
                        int batch, int in, int out);
+// The input gradient from bf16 bits: dx [batch, in] = dy w, every sum from zero over pairs of o
+// in order.
+void linearDataGradientBf16(Device& dev, float* dx, const std::uint16_t* dy, const std::uint16_t* w, int batch,
+                            int in, int out);
 // The weight gradient from bf16 bits: dw [out, in] = (or +=) dy^T x, every sum from zero over
 // pairs of b in order.
 void linearWeightGradientBf16(Device& dev, float* dw, const std::uint16_t* dy, const std::uint16_t* x, int batch,

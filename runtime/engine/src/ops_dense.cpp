@@ -163,6 +163,7 @@ void biasGradient(float* db, const float* dy, int B, int O, bool overwrite) {
 // kernel takes them).
 void nativeDataGradient(Device& dev, float* dx, const std::uint16_t* dyb, const std::uint16_t* wb, const float* dy,
                         const float* w, int B, int I, int O) {
+  if (useLinearRowsBf16(B, I, O)) return linearDataGradientBf16(dev, dx, dyb, wb, B, I, O);
   if (!linearDataGradientAmx(dev, dx, dyb, wb, B, I, O) &&
       !detail::gemmBf16(dev, false, false, B, I, O, dyb, true, O, wb, true, I, 0.f, dx, I))
     gemm(dev, false, false, B, I, O, dy, O, w, I, 0.f, dx, I);
