@@ -88,9 +88,11 @@ void linearDataGradientBf16(Device& dev, float* dx, const std::uint16_t* dy, con
 // pairs of b in order.
 void linearWeightGradientBf16(Device& dev, float* dw, const std::uint16_t* dy, const std::uint16_t* x, int batch,
                               int in, int out, bool overwrite);
+// Whether the next one takes step: SGD's rules, on the layers useLinearRowsBf16 takes.
+bool fusesLinearStepBf16(int batch, int in, int out, const detail::FusedStep& step);
 // The step of the weights at `offset` into step's values from that gradient, never written (as
 // linearBackwardWithStep), their bits written into the store's bits mirror (step.bits); false
-// (nothing done) where useLinearRowsBf16 is false.
+// (nothing done) where fusesLinearStepBf16 is false.
 bool linearWeightStepBf16(Device& dev, const std::uint16_t* dy, const std::uint16_t* x, int batch, int in, int out,
                           const detail::FusedStep& step, std::size_t offset);
 // Native bf16 on AMX (linear_amx.cpp), from bf16 bits into float32; each returns false (nothing

@@ -185,6 +185,7 @@ bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, c
   // Where linearBackward takes the same kernels (the gradients' bits): linear_rows.cpp's, in fp32
   // or emulated bf16, whose step writes the rounded mirror as well.
   if (bf16Rows(dev, r, B, I, O)) {  // native bf16: dx as linearBackward makes it, then the step
+    if (!fusesLinearStepBf16(B, I, O, step)) return false;
     biasGradient(db, dy, B, O, true);
     const auto* dyb = bf16Copy(dev, r->dyBf16, dy, static_cast<std::size_t>(B) * O);
     const auto* wb = r->wBits ? r->wBits : bitsOf(r->wBf16);
