@@ -1,17 +1,24 @@
 // test_linear_rows_bf16.cpp: native bf16's forward and both gradients of the big linear layers
 // on vdpbf16ps (linear_rows_bf16.cpp) against scalar sums of the same pairs in the same order,
 // bit for bit, and against double-precision sums; over batches of 1 to 4 vectors (odd ones too),
-// odd row and column counts, columns ragged against the tiles; and where the layers take them.
+// odd row and column counts, columns ragged against the tiles; SGD's step fused into the weight
+// gradient against the gradient and the rule apart (this file is built with -ffp-contract=off,
+// as the rule's own files are); and where the layers take them. The patterns hold no denormals,
+// which vdpbf16ps reads as zeros and the scalar sums would not.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gemm.hpp"
 #include "golden_util.hpp"
 #include "ops.hpp"
 #include "test_util.hpp"
+#include "update_rules.hpp"
 
 namespace xs::engine {
 namespace {
@@ -149,6 +156,59 @@ TEST(LinearRowsBf16, WeightGradientIsTheSumsOfItsPairsBitForBit) {
                       1e-4 * (1 + std::abs(sum)));
         }
     }
+}
+
+// SGD's step fused into the weight gradient's tiles against the gradient, SGD's rule and the one
+// rounding rule apart: values, momentum and every bit of the mirror, and nothing written around
+// it; the bits from 0, 16 and 32 bytes off a cache line (whole lines streamed where they fill
+// one), columns that fill the 6-vector tiles or not, odd ones; NaN, infinities, denormals and -0
+// among the weights, rounded into the mirror as the optimizers round them.
+TEST(LinearRowsBf16, SgdStepIsTheGradientThenTheRuleBitForBit) {
+  if (!useLinearRowsBf16(32, 9216, 4096)) GTEST_SKIP() << "bf16 here runs on AMX or is not native";
+  using Rule = detail::FusedStep::Rule;
+  const detail::SgdArgs args{0.05f, 1e-3f, 0.9f, 0.7f, 0.9f};
+  const std::pair<Rule, detail::Sgd> rules[] = {{Rule::kSgd, detail::Sgd::kPlain},
+                                                {Rule::kSgdMomentum, detail::Sgd::kMomentum},
+                                                {Rule::kSgdNesterov, detail::Sgd::kNesterov}};
+  Device dev;
+  const int batch = 32, out = 1050;  // rows past the 4-row tiles; over 2^20 weights at every width
+  for (int in : {1024, 1050, 1001})
+    for (int offset : {0, 8, 16})
+      for (const auto& [rule, sgd] : rules) {
+        SCOPED_TRACE(std::to_string(in) + " columns, bits " + std::to_string(2 * offset) + " bytes in, rule " +
+                     std::to_string(static_cast<int>(sgd)));
+        const std::size_t n = static_cast<std::size_t>(out) * in, size = offset + n + 40;
+        const Bits dy = bitsOf(test::pattern(static_cast<std::size_t>(batch) * out, 31)),
+                   x = bitsOf(test::pattern(static_cast<std::size_t>(batch) * in, 32));
+        Vec values = test::pattern(size, 33), momentum = test::pattern(size, 34);
+        const float special[] = {NAN, INFINITY, -INFINITY, 1e-40f, -3e-39f, -0.f};
+        std::copy(std::begin(special), std::end(special), values.begin() + offset);
+        Bits store(size + 32, 0xabcd);  // the mirror from a cache line's start on
+        std::uint16_t* bits = store.data();
+        while (reinterpret_cast<std::uintptr_t>(bits) % 64 != 0) ++bits;
+        const Bits before(bits, bits + size);
+        // The reference: the gradient, then the rule and the rounding over each weight.
+        Vec g(n), want = values, wantMomentum = momentum;
+        Bits wantBits(bits, bits + size);
+        linearWeightGradientBf16(dev, g.data(), dy.data(), x.data(), batch, in, out, true);
+        for (std::size_t i = 0; i < n; ++i) {
+          float& p = want[offset + i];
+          float& buf = wantMomentum[offset + i];
+          if (sgd == detail::Sgd::kPlain) detail::sgdUpdate<detail::Sgd::kPlain>(p, buf, g[i], args);
+          else if (sgd == detail::Sgd::kMomentum) detail::sgdUpdate<detail::Sgd::kMomentum>(p, buf, g[i], args);
+          else detail::sgdUpdate<detail::Sgd::kNesterov>(p, buf, g[i], args);
+          wantBits[offset + i] = toBf16Bits(p);
+        }
+        if (rule == Rule::kSgd) wantMomentum = momentum;  // plain SGD keeps no momentum
+        detail::FusedStep step;
+        step.rule = rule, step.values = values.data(), step.bits = bits, step.sgd = args;
+        step.first = rule == Rule::kSgd ? nullptr : momentum.data();
+        ASSERT_TRUE(linearWeightStepBf16(dev, dy.data(), x.data(), batch, in, out, step, offset));
+        EXPECT_TRUE(test::sameBits(values, want)) << "values";
+        EXPECT_TRUE(test::sameBits(momentum, wantMomentum)) << "momentum";
+        EXPECT_EQ(Bits(bits, bits + size), wantBits) << "mirror";
+        EXPECT_EQ(Bits(bits, bits + offset), Bits(before.begin(), before.begin() + offset)) << "before the view";
+      }
 }
 
 TEST(LinearRowsBf16, NativeLayersTakeThemWhereBf16RunsOnVdpbf16ps) {

@@ -3,8 +3,7 @@
 // state and losses, bit for bit, for every built-in optimizer, in fp32 and both bf16s, through the
 // linear layers that fuse SGD into their gradients' pass (fp32 and emulated bf16, and native bf16
 // on vdpbf16ps: every batch width, ragged rows and columns) and through the view-by-view step of
-// the others; and its
-// misuses, each a UsageError that leaves the parameters as they were.
+// the others; and its misuses, each a UsageError that leaves the parameters as they were.
 #include <gtest/gtest.h>
 
 #include <functional>

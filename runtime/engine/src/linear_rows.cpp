@@ -32,8 +32,8 @@
 
 #include "gemm.hpp"
 #include "kernel_util.hpp"
-#include "ops.hpp"
 #include "linear_rows_step.hpp"
+#include "ops.hpp"
 #include "update_rules.hpp"
 
 namespace xs::engine {
@@ -352,7 +352,8 @@ void linearWeightGradientRows(Device& dev, float* dw, const float* dy, const flo
 
 bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, const float* w, int batch, int in,
                             int out, const detail::FusedStep& step, std::size_t offset) {
-  if (!useLinearRows(batch, in, out) || linearRowsPortableSlot() || step.rule == detail::FusedStep::Rule::kNone)
+  if (!useLinearRows(batch, in, out) || linearRowsPortableSlot() || step.rule == detail::FusedStep::Rule::kNone ||
+      step.bits)  // a bits mirror is linearWeightStepBf16's to write
     return false;
   const int v = (batch + kLanes - 1) / kLanes, width = v * kLanes;
   float* dyT = dev.scratch(kXtSlot, static_cast<std::size_t>(out) * width);  // 64-byte aligned

@@ -17,10 +17,11 @@
 // Against oneDNN's bf16 matmul on AlexNet's fc1 (Zen 4, 2 MiB pages): forward 11.2 against
 // 14.5 ms, input gradient 16.3 against 19.3 ms, weight gradient 14.8 against 17.5 ms. Each sum
 // runs from zero (or the bias), its bits independent of the tiling, so the same tiles make the
-// gradient alone (linearBackward) and inside a step (linearBackwardStepped): with SGD, Adam or
-// AdamW inside backward they update the weights straight from the registers, the gradient never
-// written, and stream the new bits into the store's mirror for the next forward. This file is
-// built with -ffp-contract=off (update_rules.hpp): the update has the optimizer's bits.
+// gradient alone (linearBackward) and inside a step (linearBackwardStepped): with SGD inside
+// backward they update the weights straight from the registers, the gradient never written, and
+// stream the new bits into the store's mirror for the next forward (Adam's square root and
+// divisions there cost more than its own pass after the gradient). This file is built with
+// -ffp-contract=off (update_rules.hpp): the update has the optimizer's bits.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -285,7 +286,8 @@ struct IntoStepBits {
     const __m512i high = _mm512_maskz_srli_epi32(kAllLanes, _mm512_castps_si512(roundBf16(p)), 16);
     const __m256i b = _mm512_maskz_cvtepi32_epi16(kAllLanes, high);
     std::uint16_t* r = bits + at;
-    if (lanes == 0xffff && reinterpret_cast<std::uintptr_t>(r) % 32 == 0) _mm256_stream_si256((__m256i*)r, b);
+    if (lanes == 0xffff && reinterpret_cast<std::uintptr_t>(r) % 32 == 0)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(r), b);
     else _mm256_mask_storeu_epi16(r, lanes, b);
   }
   // Two vectors side by side (the second's lanes `lanes`): their bits streamed as one whole cache
@@ -339,7 +341,7 @@ void linearForwardBf16(Device& dev, float* y, const std::uint16_t* x, const std:
 void linearDataGradientBf16(Device& dev, float* dx, const std::uint16_t* dy, const std::uint16_t* w, int batch,
                             int in, int out) {
   // kChunkRows rows at a time, packed; then 32 columns at a time, 8 batch rows at a time, the
-  // columns' strip (16 KB) in L1 for every batch row.
+  // columns' strip (8 KB) in L1 for every batch row.
   constexpr int R = 8;
   const int strips = (in + 31) / 32;
   auto* packed = reinterpret_cast<__m512i*>(
@@ -358,7 +360,11 @@ void linearDataGradientBf16(Device& dev, float* dx, const std::uint16_t* dy, con
 }
 
 bool useLinearRowsBf16(int batch, int in, int out) {
-  return useLinearRows(batch, in, out) && cpuHasBf16() && !oneDnnRunsAmx() && !linearRowsPortableSlot();
+  static const bool isa = [] {  // the kernels' target (every CPU with AVX512-BF16 has the rest)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && cpuHasBf16();
+  }();
+  return useLinearRows(batch, in, out) && isa && !oneDnnRunsAmx() && !linearRowsPortableSlot();
 }
 
 bool fusesLinearStepBf16(int batch, int in, int out, const detail::FusedStep& step) {
@@ -379,7 +385,7 @@ bool linearWeightStepBf16(Device& dev, const std::uint16_t* dy, const std::uint1
                           const detail::FusedStep& step, std::size_t offset) {
   if (!fusesLinearStepBf16(batch, in, out, step)) return false;
   std::uint16_t* bits = step.bits ? step.bits + offset : nullptr;
-  rows::withStep(step, offset, [&](auto s) {
+  rows::withStep<rows::kSgdRules>(step, offset, [&](auto s) {
     IntoStepBits<decltype(s)> into{s, bits, in};
     weightGradient(dev, dy, x, batch, in, out, into);
   });

@@ -2,7 +2,9 @@
 // scratch slots, the batch's transposes, where a weight gradient's vector goes (into the
 // gradient, or into the optimizer's step of the weights it is the gradient of) and the rules of
 // that step as policies (linear_rows.cpp in fp32 and emulated bf16, linear_rows_bf16.cpp in
-// native bf16 on vdpbf16ps).
+// native bf16 on vdpbf16ps). Every file that includes it is built with -ffp-contract=off
+// (runtime/engine/CMakeLists.txt), as the update's bits require: the linker keeps one copy of
+// these inline functions for all of them.
 #pragma once
 
 #include <immintrin.h>
@@ -38,8 +40,8 @@ void columnTiles(int k0, int k1, Tile tile) {
 // y [batch, out]'s columns o0.. (R of them, those past `out` dropped) from the R x V sums of the
 // batch's lanes.
 template <int R, int V>
-__attribute__((target("avx512f"))) inline void storeRows(float* y, const __m512 (&acc)[R][V], int batch, int out,
-                                                         int o0) {
+[[gnu::always_inline]] __attribute__((target("avx512f"))) inline void storeRows(float* y, const __m512 (&acc)[R][V],
+                                                                                int batch, int out, int o0) {
   alignas(64) float t[R][V * kLanes];
 #pragma GCC unroll 24
   for (int r = 0; r < R; ++r)
@@ -100,8 +102,10 @@ struct AdamRule {
   }
 };
 
-// run(StepOf<rule>) for the step s makes of the weights at `offset` into its store.
-template <class Run>
+// run(StepOf<rule>) for the step s makes of the weights at `offset` into its store, for the
+// rules in `kRules` (SGD's alone: nothing runs for Adam's).
+enum Rules { kSgdRules, kEveryRule };
+template <Rules kRules = kEveryRule, class Run>
 void withStep(const detail::FusedStep& s, std::size_t offset, Run run) {
   auto at = [offset](float* base) { return base ? base + offset : nullptr; };
   auto go = [&](auto update) { run(StepOf<decltype(update)>{update, at(s.values), at(s.first), at(s.second)}); };
@@ -110,8 +114,12 @@ void withStep(const detail::FusedStep& s, std::size_t offset, Run run) {
     case Rule::kSgd: return go(SgdRule<detail::Sgd::kPlain>{s.sgd});
     case Rule::kSgdMomentum: return go(SgdRule<detail::Sgd::kMomentum>{s.sgd});
     case Rule::kSgdNesterov: return go(SgdRule<detail::Sgd::kNesterov>{s.sgd});
-    case Rule::kAdam: return go(AdamRule<false>{s.adam});
-    case Rule::kAdamW: return go(AdamRule<true>{s.adam});
+    case Rule::kAdam:
+      if constexpr (kRules == kEveryRule) go(AdamRule<false>{s.adam});
+      return;
+    case Rule::kAdamW:
+      if constexpr (kRules == kEveryRule) go(AdamRule<true>{s.adam});
+      return;
     case Rule::kNone: return;
   }
 }

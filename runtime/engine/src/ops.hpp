@@ -40,11 +40,13 @@ void linearForward(Device& dev, float* y, const float* x, const float* w, const 
 // overwrite: dw = and db = instead (ParamStore::gradSlot), which spares reading them.
 void linearBackward(Device& dev, float* dx, float* dw, float* db, const float* dy, const float* x,
                     const float* w, int B, int I, int O, RoundedOperands* r = nullptr, bool overwrite = false);
-// The same with an SGD or Adam step of w inside backward (Model::setOptimizerInBackward), for a layer whose
-// gradients zeroGrad cleared: db = as above, then dx and the step of w (at `offset` into step's
-// values) in one pass, dw never written (linearBackwardWithStep); w is what linearBackward would
-// read (the rounded weights in emulated bf16). False (nothing done) where linearBackward would
-// not take that pass's kernels: the caller then runs it and steps w itself.
+// The same with an SGD or Adam step of w inside backward (Model::setOptimizerInBackward), for a
+// layer whose gradients zeroGrad cleared: db = as above, then dx and the step of w (at `offset`
+// into step's values), dw never written: in fp32 and emulated bf16 in one pass
+// (linearBackwardWithStep; w is what linearBackward would read, the rounded weights in emulated
+// bf16), in native bf16 on vdpbf16ps dx and then the weight gradient's pass with SGD's step
+// (linearWeightStepBf16). False (nothing done) where linearBackward would not take those
+// kernels, or native bf16 would not fuse the rule: the caller then runs it and steps w itself.
 bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, const float* w, int B,
                            int I, int O, RoundedOperands* r, const detail::FusedStep& step, std::size_t offset);
 
@@ -71,7 +73,7 @@ bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float
                             int out, const detail::FusedStep& step, std::size_t offset);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& linearRowsPortableSlot();
-// Tests: how many times linearBackwardWithStep has made a layer's backward and step.
+// Tests: how many times linearBackwardWithStep or linearWeightStepBf16 has made a layer's step.
 std::uint64_t& linearStepsFused();
 // Native bf16 where it runs on AVX512-BF16's vdpbf16ps, not AMX (linear_rows_bf16.cpp): the
 // layers useLinearRows takes, unless the tests ask for the portable loops (linearRowsPortableSlot).

@@ -182,8 +182,9 @@ RoundedInputs roundedInputs(Device& dev, RoundedOperands& r, const float* dy, co
 
 bool linearBackwardStepped(Device& dev, float* dx, float* db, const float* dy, const float* x, const float* w, int B,
                            int I, int O, RoundedOperands* r, const detail::FusedStep& step, std::size_t offset) {
-  // Where linearBackward takes the same kernels (the gradients' bits): linear_rows.cpp's, in fp32
-  // or emulated bf16, whose step writes the rounded mirror as well.
+  // Where linearBackward takes the same kernels (the gradients' bits): in native bf16 on
+  // vdpbf16ps, linear_rows_bf16.cpp's, whose step writes the bits mirror as well; in fp32 or
+  // emulated bf16, linear_rows.cpp's, whose step writes the rounded mirror as well.
   if (bf16Rows(dev, r, B, I, O)) {  // native bf16: dx as linearBackward makes it, then the step
     if (!fusesLinearStepBf16(B, I, O, step)) return false;
     biasGradient(db, dy, B, O, true);

@@ -1,9 +1,9 @@
 // update_rules.hpp: torch.optim's SGD and Adam updates of one vector of values, for the kernels
-// that update weights as they make their gradient (linear_rows.cpp): the same operations in the
-// same order as the optimizers' own loops (optim.cpp's sgdBody and adamBody, which GCC
-// vectorizes at full width only when written over scalars). Both files are built with
-// -ffp-contract=off, so each operation rounds once, as written, and both give the same bits
-// (test_step_in_backward.cpp checks them).
+// that update weights as they make their gradient (linear_rows.cpp, linear_rows_bf16.cpp): the
+// same operations in the same order as the optimizers' own loops (optim.cpp's sgdBody and
+// adamBody, which GCC vectorizes at full width only when written over scalars). All these files
+// are built with -ffp-contract=off, so each operation rounds once, as written, and all give the
+// same bits (test_step_in_backward.cpp checks them).
 #pragma once
 
 #include <immintrin.h>
