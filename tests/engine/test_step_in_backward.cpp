@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops.hpp"
@@ -78,12 +79,13 @@ struct Mode {
 const Mode kModes[] = {{Precision::kFp32, false}, {Precision::kBf16, false}, {Precision::kBf16, true}};
 
 // Whether a big linear layer makes its step in its own pass in mode m: fp32 and emulated bf16 on
-// linear_rows.cpp's kernels (SGD, Adam, AdamW), native bf16 on linear_rows_bf16.cpp's (vdpbf16ps,
-// not AMX; SGD only).
+// linear_rows.cpp's kernels (SGD; Adam and AdamW where fusesAdamInTiles), native bf16 on
+// linear_rows_bf16.cpp's (vdpbf16ps, not AMX; SGD only).
 bool bigLinearFuses(const Mode& m, bool sgd = true) {
   if (!cpuHasAvx512() || gemmBackend() != GemmBackend::kOneDnn) return false;
   const bool emulated = m.emulated || bf16Mode() == Bf16Mode::kEmulated;
-  return m.precision == Precision::kFp32 || emulated || (sgd && useLinearRowsBf16(32, 9216, 4096));
+  if (m.precision == Precision::kFp32 || emulated) return sgd || fusesAdamInTiles();
+  return sgd && useLinearRowsBf16(32, 9216, 4096);
 }
 
 // Compares the two ways; returns whether a linear layer made its backward and step in one pass.
@@ -176,6 +178,11 @@ TEST(StepInBackward, EveryOptimizerStepsInsideBackwardAsAfterIt) {
     networks.push_back({name, [name] { return models::network(models::ModelConfig{.name = name}); }, 16, false});
   networks.push_back({"4M parameters", [] { return bigLinear({6, 20, 20, 1800}); }, 16, true});
   networks.push_back({"ragged", [] { return bigLinear({5, 15, 14, 1001}); }, 40, true});
+  // Adam's fused pass on every CPU, though AMD's runs Adam after the gradient (fusesAdamInTiles).
+  struct AdamInTiles {
+    bool before = std::exchange(fusesAdamInTiles(), true);
+    ~AdamInTiles() { fusesAdamInTiles() = before; }
+  } adamInTiles;
   for (const Net& net : networks)
     for (const Mode& m : kModes)
       for (const auto& [rule, make] : rules) {
@@ -183,6 +190,11 @@ TEST(StepInBackward, EveryOptimizerStepsInsideBackwardAsAfterIt) {
         const bool fused = expectSame(net.network, m, make, net.batch);
         EXPECT_EQ(fused, net.big && rule != "adadelta" && bigLinearFuses(m, rule == "momentum"));
       }
+}
+
+TEST(StepInBackward, AdamFusesIntoTheTilesExceptOnAmd) {
+  __builtin_cpu_init();
+  EXPECT_EQ(fusesAdamInTiles(), !__builtin_cpu_is("amd"));
 }
 
 TEST(StepInBackward, GradientsDoNotAccumulateAcrossBackwards) {

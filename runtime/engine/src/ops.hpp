@@ -71,6 +71,10 @@ void linearWeightGradientRows(Device& dev, float* dw, const float* dy, const flo
 // (useLinearRows).
 bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float* x, const float* w, int batch, int in,
                             int out, const detail::FusedStep& step, std::size_t offset);
+// Whether linearBackwardWithStep takes Adam and AdamW (SGD it always takes): not on AMD CPUs,
+// where the rule's divisions and square root in its tiles cost more than Adam's own pass. Tests
+// set it to check the fused Adam everywhere.
+bool& fusesAdamInTiles();
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& linearRowsPortableSlot();
 // Tests: how many times linearBackwardWithStep or linearWeightStepBf16 has made a layer's step.
