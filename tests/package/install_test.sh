@@ -89,6 +89,13 @@ restarted=$("$work/examples/custom_network" --nprocs 2 --epochs 3 --checkpoint "
   --inject-fault rank=1,step=40,kind=crash | grep "weights hash")
 echo "restarted: $restarted; uninterrupted: $straight"
 test "$restarted" = "$straight"
+step "an optimizer of one's own: after backward on 2 cores; alone, inside backward to the same weights"
+"$work/examples/own_optimizer" --nprocs 2 --max-steps 5 | grep "optimizer signsgd: step after backward"
+after=$("$work/examples/own_optimizer" --nprocs 1 --max-steps 20 | grep "weights hash")
+inside=$("$work/examples/own_optimizer" --nprocs 1 --max-steps 20 --step-in-backward 1)
+grep "optimizer signsgd: step inside backward" <<< "$inside"
+echo "after: $after; inside: $(grep "weights hash" <<< "$inside")"
+test "$after" = "$(grep "weights hash" <<< "$inside")"
 step "the job's report read by its caller: utilisation, a C++ root cause, a Python traceback"
 "$work/examples/job_report" | grep -E "^rank 1: 40 steps in .* compute [0-9]+%"
 taskset -c 0 "$work/examples/job_report" | grep -E "^2 ranks on 1 usable cores \(oversubscribed\)"

@@ -97,9 +97,9 @@ class Model {
 
   // Makes opt's step inside every backward() from now on (PyTorch's optimizer in backward):
   // each layer's parameters are updated as soon as backward has made their gradient, while it
-  // is still in cache, and the largest linear layers (docs/engine.md: under SGD, Adam or AdamW,
-  // in fp32 or emulated bf16, with AVX-512 and the oneDNN GEMM backend) update their weights as
-  // they compute the gradient, which is then never written. The parameters end each
+  // is still in cache, and the largest linear layers (docs/engine.md: under SGD, and Adam or
+  // AdamW in fp32 and emulated bf16 on CPUs other than AMD's, with AVX-512 and the oneDNN GEMM
+  // backend) update their weights as they compute the gradient, which is then never written. The parameters end each
   // backward() as backward() and opt.step() would leave them, bit for bit, and opt.steps()
   // counts the step. So:
   // - each backward() is a whole step: gradients do not accumulate across backwards, and the
