@@ -3,7 +3,8 @@
 // bit for bit, and against double-precision sums; over batches of 1 to 4 vectors (odd ones too),
 // odd row and column counts, columns ragged against the tiles; SGD's step fused into the weight
 // gradient against the gradient and the rule apart (this file is built with -ffp-contract=off,
-// as the rule's own files are); and where the layers take them. The patterns hold no denormals,
+// as the rule's own files are); the operand layouts shared with the AMX kernels; and where the
+// layers take them. The patterns hold no denormals,
 // which vdpbf16ps reads as zeros and the scalar sums would not.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -209,6 +211,27 @@ TEST(LinearRowsBf16, SgdStepIsTheGradientThenTheRuleBitForBit) {
         EXPECT_EQ(Bits(bits, bits + size), wantBits) << "mirror";
         EXPECT_EQ(Bits(bits, bits + offset), Bits(before.begin(), before.begin() + offset)) << "before the view";
       }
+}
+
+// The operand layouts this file's kernels and the AMX ones share, on any CPU: odd and even
+// columns, batches padded to vectors and to AMX's 32 rows.
+TEST(LinearRowsBf16, OperandLayoutsPairAndTransposeWithZerosPast) {
+  for (const auto& [batch, in, width] : {std::tuple{5, 7, 16}, {32, 64, 32}, {40, 18, 64}, {1, 1, 16}}) {
+    SCOPED_TRACE(std::to_string(batch) + " x " + std::to_string(in) + " into " + std::to_string(width));
+    Bits x(static_cast<std::size_t>(batch) * in);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<std::uint16_t>(i * 7 + 1);
+    std::vector<std::uint32_t> pairs(static_cast<std::size_t>((in + 1) / 2) * width, 0xdeadbeef);
+    pairsByColumn(pairs.data(), x.data(), batch, in, width);
+    Bits t(static_cast<std::size_t>(in) * width, 0xbeef);
+    transposeBits(t.data(), x.data(), batch, in, width);
+    auto at = [&](int b, int k) -> std::uint32_t { return b < batch && k < in ? x[b * in + k] : 0u; };
+    for (int q = 0; q < (in + 1) / 2; ++q)
+      for (int b = 0; b < width; ++b)
+        ASSERT_EQ(pairs[static_cast<std::size_t>(q) * width + b], at(b, 2 * q) | at(b, 2 * q + 1) << 16)
+            << q << " " << b;
+    for (int k = 0; k < in; ++k)
+      for (int b = 0; b < width; ++b) ASSERT_EQ(t[static_cast<std::size_t>(k) * width + b], at(b, k)) << k << " " << b;
+  }
 }
 
 TEST(LinearRowsBf16, NativeLayersTakeThemWhereBf16RunsOnVdpbf16ps) {

@@ -157,10 +157,7 @@ bool linearWeightGradientAmx(Device& dev, float* dw, const std::uint16_t* dy, co
   // A: dy^T [O, kp]; B: x's rows in pairs, [kp / 2, I, 2]; zeros past row B of either.
   auto* a = reinterpret_cast<std::uint16_t*>(dev.scratch(kScratchA, (static_cast<std::size_t>(O) * kp + 1) / 2));
   auto* b = reinterpret_cast<std::uint16_t*>(dev.scratch(kScratchB, static_cast<std::size_t>(kp) * I / 2));
-  for (int o = 0; o < O; ++o) {
-    std::uint16_t* row = a + static_cast<std::size_t>(o) * kp;
-    for (int k = 0; k < kp; ++k) row[k] = k < B ? dy[static_cast<std::size_t>(k) * O + o] : std::uint16_t{0};
-  }
+  transposeBits(a, dy, B, O, kp);
   for (int k = 0; k < kp; ++k) {
     std::uint16_t* pairs = b + static_cast<std::size_t>(k / 2) * I * 2 + (k % 2);
     const std::uint16_t* row = x + static_cast<std::size_t>(k) * I;
@@ -303,12 +300,7 @@ bool linearForwardAmx(Device& dev, float* y, const std::uint16_t* x, const std::
   const int bp = (B + 31) / 32 * 32;
   // x's 32-bit pairs [B, I / 2] transposed to [I / 2, bp], zeros past row B.
   auto* xt = reinterpret_cast<std::uint32_t*>(dev.scratch(kScratchB, static_cast<std::size_t>(I / 2) * bp));
-  for (int k = 0; k < I / 2; ++k)
-    for (int n = 0; n < bp; ++n) {
-      std::uint32_t pair = 0;
-      if (n < B) std::memcpy(&pair, x + static_cast<std::size_t>(n) * I + 2 * k, sizeof pair);
-      xt[static_cast<std::size_t>(k) * bp + n] = pair;
-    }
+  pairsByColumn(xt, x, B, I, bp);
   withTiles([&] { forwardTiles(y, b, w, xt, B, bp, I, O); });
   return true;
 }

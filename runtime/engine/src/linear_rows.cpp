@@ -41,11 +41,30 @@ namespace {
 
 using rows::kDxtSlot;
 using rows::kLanes;
-using rows::kMaxBatch;
 using rows::kPanelsSlot;
 using rows::kXtSlot;
-using rows::fromColumns;
-using rows::toColumns;
+constexpr int kMaxBatch = 64;  // 4 vectors
+constexpr int kWholeSlot = 6;  // a batch padded to whole vectors
+
+// x [batch, in] -> xT [in][width] (width = v * 16), zeros past the batch: ops_dense.cpp's tiled
+// transpose (nchwToNhwc), through a copy padded to whole vectors when the batch is not.
+void toColumns(Device& dev, float* xT, const float* x, int batch, int in, int width) {
+  if (batch < width) {
+    float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
+    std::copy(x, x + static_cast<std::size_t>(batch) * in, whole);
+    std::fill(whole + static_cast<std::size_t>(batch) * in, whole + static_cast<std::size_t>(width) * in, 0.f);
+    x = whole;
+  }
+  nchwToNhwc(xT, x, 1, width, in);
+}
+
+// xT [in][width] -> x [batch, in] (nhwcToNchw), the rows past the batch dropped.
+void fromColumns(Device& dev, float* x, const float* xT, int batch, int in, int width) {
+  if (batch == width) return nhwcToNchw(x, xT, 1, width, in);
+  float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
+  nhwcToNchw(whole, xT, 1, width, in);
+  std::copy(whole, whole + static_cast<std::size_t>(batch) * in, x);
+}
 
 // Output rows o0.. (R of them; rows past `out` run on the last row and are dropped).
 template <int V, int R>
@@ -391,26 +410,3 @@ bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float
 
 }  // namespace xs::engine
 
-namespace xs::engine::rows {
-
-// x [batch, in] -> xT [in][width] (width = v * 16), zeros past the batch: ops_dense.cpp's tiled
-// transpose (nchwToNhwc), through a copy padded to whole vectors when the batch is not.
-void toColumns(Device& dev, float* xT, const float* x, int batch, int in, int width) {
-  if (batch < width) {
-    float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
-    std::copy(x, x + static_cast<std::size_t>(batch) * in, whole);
-    std::fill(whole + static_cast<std::size_t>(batch) * in, whole + static_cast<std::size_t>(width) * in, 0.f);
-    x = whole;
-  }
-  nchwToNhwc(xT, x, 1, width, in);
-}
-
-// xT [in][width] -> x [batch, in] (nhwcToNchw), the rows past the batch dropped.
-void fromColumns(Device& dev, float* x, const float* xT, int batch, int in, int width) {
-  if (batch == width) return nhwcToNchw(x, xT, 1, width, in);
-  float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
-  nhwcToNchw(whole, xT, 1, width, in);
-  std::copy(whole, whole + static_cast<std::size_t>(batch) * in, x);
-}
-
-}  // namespace xs::engine::rows

@@ -46,16 +46,10 @@ constexpr int kTileRows = 4;
 
 std::uint32_t pairOf(std::uint16_t low, std::uint16_t high) { return low | static_cast<std::uint32_t>(high) << 16; }
 
-// dy [batch][out] bits -> [out][batch / 2] pairs (dy[b][o], dy[b+1][o]), zero past the batch.
+// dy [batch][out] bits -> [out][pairs] pairs (dy[b][o], dy[b+1][o]): dy^T, zeros past the batch.
 std::uint32_t* dyByBatch(Device& dev, const std::uint16_t* dy, int batch, int out, int pairs) {
   auto* p = reinterpret_cast<std::uint32_t*>(dev.scratch(rows::kDxtSlot, static_cast<std::size_t>(out) * pairs));
-  for (int o = 0; o < out; ++o)
-    for (int j = 0; j < pairs; ++j) {
-      const int b = 2 * j;
-      p[static_cast<std::size_t>(o) * pairs + j] =
-          pairOf(dy[static_cast<std::size_t>(b) * out + o],
-                 b + 1 < batch ? dy[static_cast<std::size_t>(b + 1) * out + o] : std::uint16_t{0});
-    }
+  transposeBits(reinterpret_cast<std::uint16_t*>(p), dy, batch, out, 2 * pairs);
   return p;
 }
 
@@ -81,18 +75,11 @@ std::uint32_t* toPairPanels(Device& dev, const std::uint16_t* x, int batch, int 
 using Bh = __m512bh;
 #define XS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-// x [batch][in] bits -> [in / 2][width] pairs (x[b][k], x[b][k+1]) over the batch's lanes, zeros
-// past either end.
+// x [batch][in] bits -> [in / 2][width] pairs over the batch's lanes (pairsByColumn).
 std::uint32_t* xByPairs(Device& dev, const std::uint16_t* x, int batch, int in, int width) {
-  const int pairs = (in + 1) / 2;
-  auto* p = reinterpret_cast<std::uint32_t*>(dev.scratch(rows::kXtSlot, static_cast<std::size_t>(pairs) * width));
-  for (int q = 0; q < pairs; ++q)
-    for (int b = 0; b < width; ++b) {
-      const std::uint16_t* row = x + static_cast<std::size_t>(b) * in;
-      const int k = 2 * q;
-      p[static_cast<std::size_t>(q) * width + b] =
-          b < batch ? pairOf(row[k], k + 1 < in ? row[k + 1] : std::uint16_t{0}) : 0u;
-    }
+  auto* p = reinterpret_cast<std::uint32_t*>(
+      dev.scratch(rows::kXtSlot, static_cast<std::size_t>((in + 1) / 2) * width));
+  pairsByColumn(p, x, batch, in, width);
   return p;
 }
 
@@ -325,6 +312,24 @@ void weightGradient(Device& dev, const std::uint16_t* dy, const std::uint16_t* x
 }
 
 }  // namespace
+
+void pairsByColumn(std::uint32_t* dst, const std::uint16_t* x, int batch, int in, int width) {
+  for (int q = 0; q < (in + 1) / 2; ++q) {
+    const int k = 2 * q;
+    std::uint32_t* to = dst + static_cast<std::size_t>(q) * width;
+    for (int b = 0; b < width; ++b) {
+      const std::uint16_t* row = x + static_cast<std::size_t>(std::min(b, batch - 1)) * in;
+      to[b] = b < batch ? pairOf(row[k], k + 1 < in ? row[k + 1] : std::uint16_t{0}) : 0u;
+    }
+  }
+}
+
+void transposeBits(std::uint16_t* dst, const std::uint16_t* src, int rows, int cols, int width) {
+  for (int c = 0; c < cols; ++c) {
+    std::uint16_t* to = dst + static_cast<std::size_t>(c) * width;
+    for (int r = 0; r < width; ++r) to[r] = r < rows ? src[static_cast<std::size_t>(r) * cols + c] : std::uint16_t{0};
+  }
+}
 
 void linearForwardBf16(Device& dev, float* y, const std::uint16_t* x, const std::uint16_t* w, const float* bias,
                        int batch, int in, int out) {

@@ -1,5 +1,5 @@
 // linear_rows_step.hpp: what the big linear layers' kernels share (internal header): their
-// scratch slots, the batch's transposes, where a weight gradient's vector goes (into the
+// scratch slots, the column tiling, where a weight gradient's vector goes (into the
 // gradient, or into the optimizer's step of the weights it is the gradient of) and the rules of
 // that step as policies (linear_rows.cpp in fp32 and emulated bf16, linear_rows_bf16.cpp in
 // native bf16 on vdpbf16ps). Every file that includes it is built with -ffp-contract=off
@@ -12,20 +12,14 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "xspawn/engine/device.hpp"
 #include "update_rules.hpp"
 
 namespace xs::engine::rows {
 
 constexpr int kLanes = 16;
-constexpr int kMaxBatch = 64;  // 4 vectors
-// Scratch: gemm()'s rounded copies and the convolutions' slots, not live meanwhile.
-constexpr int kXtSlot = 4, kDxtSlot = 5, kWholeSlot = 6, kPanelsSlot = 7;
-
-// x [batch, in] -> xT [in][width] (width = v * 16), zeros past the batch; and back, the rows
-// past the batch dropped (linear_rows.cpp).
-void toColumns(Device& dev, float* xT, const float* x, int batch, int in, int width);
-void fromColumns(Device& dev, float* x, const float* xT, int batch, int in, int width);
+// Scratch: gemm()'s rounded copies and the convolutions' slots, not live meanwhile (slot 6:
+// linear_rows.cpp's padded copies).
+constexpr int kXtSlot = 4, kDxtSlot = 5, kPanelsSlot = 7;
 
 // Columns [k0, k1) in tiles of C vectors, then single vectors, the last one masked:
 // tile(std::integral_constant<int, C or 1>, k, lanes of its last vector).

@@ -130,9 +130,7 @@ void Model::setOptimizerInBackward(optim::Optimizer* opt) {
                " optimizer built for another model's parameters: build it from this model, e.g. optim::SGD(model, "
                "...)");
   XS_CHECK(!opt || opt->stepsByViews(), UsageError,
-           "model '" + name_ + "': setOptimizerInBackward with the " + (opt ? opt->kind() : "") +
-               " optimizer, which makes its step only all at once (an optimizer of one's own: override "
-               "stepsByViews, beginViews, stepView and endViews); step it after backward instead");
+           "model '" + name_ + "': setOptimizerInBackward: " + (opt ? detail::onlyAllAtOnce(*opt) : ""));
   if (inBackward_) inBackward_->inBackwardOf_ = nullptr;
   inBackward_ = opt;
   if (opt) opt->inBackwardOf_ = this;

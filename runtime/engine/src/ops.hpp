@@ -101,6 +101,11 @@ bool fusesLinearStepBf16(int batch, int in, int out, const detail::FusedStep& st
 // (nothing done) where fusesLinearStepBf16 is false.
 bool linearWeightStepBf16(Device& dev, const std::uint16_t* dy, const std::uint16_t* x, int batch, int in, int out,
                           const detail::FusedStep& step, std::size_t offset);
+// bf16 operands laid out for vdpbf16ps and AMX's tiles (linear_rows_bf16.cpp): x [batch][in]
+// bits -> [ceil(in / 2)][width] 32-bit pairs (x[b][k], x[b][k+1]), zeros past the batch and
+// past `in`; and src [rows][cols] bits -> src^T [cols][width], zeros past `rows`.
+void pairsByColumn(std::uint32_t* dst, const std::uint16_t* x, int batch, int in, int width);
+void transposeBits(std::uint16_t* dst, const std::uint16_t* src, int rows, int cols, int width);
 // Native bf16 on AMX (linear_amx.cpp), from bf16 bits into float32; each returns false (nothing
 // done) where oneDNN runs no AMX kernels or the shape does not fit its tiles:
 // dw [O, I] (+)= dy^T [O, B] x [B, I], overwritten or added to (O a multiple of 16, I of 64);

@@ -45,11 +45,7 @@ void Optimizer::checkNotInBackward(const char* call) const {
 }
 
 namespace {
-[[noreturn]] void noViews(const Optimizer& o) {
-  XS_THROW(UsageError, std::string("the ") + o.kind() + " optimizer cannot step inside backward: it makes its "
-                           "step only all at once (an optimizer of one's own: override stepsByViews, beginViews, "
-                           "stepView and endViews); step it after backward instead");
-}
+[[noreturn]] void noViews(const Optimizer& o) { XS_THROW(UsageError, engine::detail::onlyAllAtOnce(o)); }
 }  // namespace
 
 void Optimizer::beginViews() { noViews(*this); }
@@ -469,3 +465,13 @@ float OneCycleLR::at(std::int64_t step) const {
 }
 
 }  // namespace xs::optim
+
+namespace xs::engine::detail {
+
+std::string onlyAllAtOnce(const optim::Optimizer& opt) {
+  return std::string("the ") + opt.kind() + " optimizer cannot step inside backward: it makes its step only all at "
+         "once (an optimizer of one's own: override stepsByViews, beginViews, stepView and endViews); step it after "
+         "backward instead";
+}
+
+}  // namespace xs::engine::detail

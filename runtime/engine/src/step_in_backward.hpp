@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "update_rules.hpp"
@@ -32,6 +33,9 @@ class StepInBackward {
   std::vector<std::uint8_t> done_;
   FusedStep fused_{};
 };
+
+// Why opt cannot step inside backward (its stepsByViews() is false): a UsageError's message.
+std::string onlyAllAtOnce(const optim::Optimizer& opt);
 
 // The step an optimizer began in beginViews, when it is optim::SGD, Adam or AdamW; rule kNone
 // otherwise (optim.cpp).
