@@ -22,37 +22,16 @@ using Case = test::ConvCase;
 using test::wCount, test::xCount, test::yCount;
 constexpr auto geom = test::nhwcGeom;
 
-// The sums conv_narrow_data.cpp documents, in its order: per image, output row and group of
-// pixels (2 or 4, ceil(ow / P) apart), each pixel's run t over o from zero with fused
-// multiply-adds, then added into the padded dx.
+// The sums conv_narrow_data.cpp documents, in its order (test::narrowDataOrder): each pixel's
+// run t over o from zero with fused multiply-adds.
 Vec reference(const ConvGeom& g, const Vec& dy, const Vec& w) {
-  const int oh = g.oh(), ow = g.ow(), run = g.kw * g.c, vk = (run + 15) / 16;
-  const int P = g.kh * vk <= 7 ? 4 : 2, step = (ow + P - 1) / P, hp = g.h + 2 * g.pad, wp = g.w + 2 * g.pad;
-  Vec dx(xCount(g));
-  for (int n = 0; n < g.n; ++n) {
-    Vec dxp(static_cast<std::size_t>(hp) * wp * g.c, 0.f);
-    for (int oy = 0; oy < oh; ++oy)
-      for (int gi = 0; gi < step; ++gi)
-        for (int k = 0; k < P; ++k) {
-          const int ox = gi + k * step;
-          if (ox >= ow) continue;
-          for (int ky = 0; ky < g.kh; ++ky)
-            for (int j = 0; j < run; ++j) {
-              const int kx = j / g.c, ci = j % g.c;
-              float t = 0.f;
-              for (int o = 0; o < g.oc; ++o)
-                t = std::fma(dy[((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * g.oc + o],
-                             w[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx], t);
-              dxp[(static_cast<std::size_t>(oy + ky) * wp + ox + kx) * g.c + ci] += t;
-            }
-        }
-    for (int iy = 0; iy < g.h; ++iy)
-      for (int ix = 0; ix < g.w; ++ix)
-        for (int ci = 0; ci < g.c; ++ci)
-          dx[((static_cast<std::size_t>(n) * g.h + iy) * g.w + ix) * g.c + ci] =
-              dxp[(static_cast<std::size_t>(iy + g.pad) * wp + ix + g.pad) * g.c + ci];
-  }
-  return dx;
+  return test::narrowDataOrder(g, [&](int n, int oy, int ox, int ky, int kx, int ci) {
+    float t = 0.f;
+    for (int o = 0; o < g.oc; ++o)
+      t = std::fma(dy[((static_cast<std::size_t>(n) * g.oh() + oy) * g.ow() + ox) * g.oc + o],
+                   w[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx], t);
+    return t;
+  });
 }
 
 // Shapes: LeNet-5's conv 2 (6 channels, 5 x 5: two pixels a group); 3 channels 3 x 3 (one

@@ -54,6 +54,35 @@ inline std::size_t xCount(const ConvGeom& g) { return static_cast<std::size_t>(g
 inline std::size_t yCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.oh() * g.ow() * g.oc; }
 inline std::size_t wCount(const ConvGeom& g) { return static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw; }
 
+// The narrow input gradient's order (conv_narrow_data.cpp): per image, output row and group of
+// pixels (2 or 4, ceil(ow / P) apart), each pixel's run value run(n, oy, ox, ky, kx, ci) added
+// into the padded dx.
+template <class Run>
+std::vector<float> narrowDataOrder(const ConvGeom& g, Run run) {
+  const int oh = g.oh(), ow = g.ow(), vk = (g.kw * g.c + 15) / 16;
+  const int P = g.kh * vk <= 7 ? 4 : 2, step = (ow + P - 1) / P, hp = g.h + 2 * g.pad, wp = g.w + 2 * g.pad;
+  std::vector<float> dx(xCount(g));
+  for (int n = 0; n < g.n; ++n) {
+    std::vector<float> dxp(static_cast<std::size_t>(hp) * wp * g.c, 0.f);
+    for (int oy = 0; oy < oh; ++oy)
+      for (int gi = 0; gi < step; ++gi)
+        for (int k = 0; k < P; ++k) {
+          const int ox = gi + k * step;
+          if (ox >= ow) continue;
+          for (int ky = 0; ky < g.kh; ++ky)
+            for (int kx = 0; kx < g.kw; ++kx)
+              for (int ci = 0; ci < g.c; ++ci)
+                dxp[(static_cast<std::size_t>(oy + ky) * wp + ox + kx) * g.c + ci] += run(n, oy, ox, ky, kx, ci);
+        }
+    for (int iy = 0; iy < g.h; ++iy)
+      for (int ix = 0; ix < g.w; ++ix)
+        for (int ci = 0; ci < g.c; ++ci)
+          dx[((static_cast<std::size_t>(n) * g.h + iy) * g.w + ix) * g.c + ci] =
+              dxp[(static_cast<std::size_t>(iy + g.pad) * wp + ix + g.pad) * g.c + ci];
+  }
+  return dx;
+}
+
 inline std::vector<float> pattern(std::size_t n, std::uint64_t seed, float scale = 1.f) {
   std::vector<float> v(n);
   fillPattern(v.data(), n, seed, scale);

@@ -14,6 +14,11 @@
 // Each t sums over o in order with fused multiply-adds from zero, and the pixels add into dxp
 // row by row, group by group: the same order in the AVX-512 kernels and the portable loops
 // (tested bit for bit). Emulated bf16 rounds dy once per call and w as it builds wr.
+//
+// Native bf16 on vdpbf16ps (narrowBf16, oc even) takes the output channels in pairs (o, o + 1):
+// dy's channels-last bits read as 32-bit words, one a pixel and pair, are broadcast against
+// wp [oc / 2][kh][vk * 16], each lane a pair of weights; t sums over the pairs in order, each
+// pair's o + 1 first (vdpbf16ps adds its high half's product first).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -23,6 +28,7 @@
 
 #include "conv_onednn.hpp"
 #include "gemm.hpp"
+#include "kernel_util.hpp"
 
 namespace xs::engine::detail {
 namespace {
@@ -33,7 +39,7 @@ constexpr int kMaxAcc = 14;  // accumulators a pixel: two pixels' and a weight f
 // Pixels a group for na accumulators a pixel: two, or four when four pixels' accumulators fit.
 constexpr int pixelsPerGroup(int na) { return na <= 7 ? 4 : 2; }
 // Scratch slots: the one-channel convolution's and the GEMM paths', which do not run meanwhile.
-constexpr int kWeightSlot = 1, kPaddedSlot = 2, kRoundedDySlot = 5;
+constexpr int kWeightSlot = 1, kPaddedSlot = 2, kRoundedDySlot = 5, kDyBitsSlot = 3;
 
 // The geometry: vk vectors per tap row (kw * c values, `run`), na = kh * vk accumulators per
 // pixel; dxp rows of (w + 2 pad) * c values.
@@ -58,6 +64,21 @@ void tapRows(float* wr, const float* w, const ConvGeom& g, const Runs& r, bool r
           const float v = w[((static_cast<std::size_t>(o) * r.c + ci) * r.kh + ky) * g.kw + kx];
           wr[(static_cast<std::size_t>(o) * r.kh + ky) * r.vk * kLanes + kx * r.c + ci] = round ? roundToBf16(v) : v;
         }
+}
+
+// Native bf16: w [oc, c, kh, kw] -> wp [oc / 2][kh][vk * 16] words: (w[2q][ci][ky][kx],
+// w[2q + 1][ci][ky][kx]) at kx * c + ci, zeros past the run.
+void tapPairs(std::uint32_t* wp, const float* w, const ConvGeom& g, const Runs& r) {
+  std::fill(wp, wp + r.wrCount() / 2, 0u);
+  auto at = [&](int o, int ci, int ky, int kx) {
+    return toBf16Bits(w[((static_cast<std::size_t>(o) * r.c + ci) * r.kh + ky) * g.kw + kx]);
+  };
+  for (int o = 0; o < r.oc; o += 2)
+    for (int ci = 0; ci < r.c; ++ci)
+      for (int ky = 0; ky < r.kh; ++ky)
+        for (int kx = 0; kx < g.kw; ++kx)
+          wp[(static_cast<std::size_t>(o / 2) * r.kh + ky) * r.vk * kLanes + kx * r.c + ci] =
+              at(o, ci, ky, kx) | static_cast<std::uint32_t>(at(o + 1, ci, ky, kx)) << 16;
 }
 
 // The pixels of group gi (-1 past the row's end), in the order they add into dxp.
@@ -90,18 +111,41 @@ void rowPortable(float* dxp, const float* dyRow, const float* wr, const Runs& r)
     }
 }
 
+// Each accumulator's place in a pixel's runs and its lanes, as locals of the kernels: the stores
+// into dxp may not make the compiler read r's fields again.
+template <int NA>
+struct Places {
+  std::size_t at[NA];
+  __mmask16 lanes[NA];
+  explicit Places(const Runs& r) {
+    for (int a = 0; a < NA; ++a) {
+      at[a] = static_cast<std::size_t>(a / r.vk) * r.dxpRow + (a % r.vk) * kLanes;
+      lanes[a] = firstLanes(r.valid(a));
+    }
+  }
+};
+
+// A group's P pixels' t (acc) added into dxp, pixel by pixel.
+template <int NA, int P>
+__attribute__((target("avx512f"), always_inline)) inline void addGroup(float* dxp, const __m512 (&acc)[P][NA],
+                                                                       const std::array<int, P>& px,
+                                                                       const Places<NA>& places, int c) {
+#pragma GCC unroll 16
+  for (int k = 0; k < P; ++k) {
+    if (px[k] < 0) continue;
+    float* base = dxp + static_cast<std::size_t>(px[k]) * c;
+#pragma GCC unroll 16
+    for (int a = 0; a < NA; ++a)
+      _mm512_mask_storeu_ps(base + places.at[a], places.lanes[a],
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(places.lanes[a], base + places.at[a]), acc[k][a]));
+  }
+}
+
 // The same, NA accumulators a pixel in registers over every o.
 template <int NA, int P>
 __attribute__((target("avx512f"))) void rowAvx512(float* dxp, const float* dyRow, const float* wr, const Runs& r) {
-  // r's fields and each accumulator's place and lanes as locals: the stores into dxp may not
-  // make the compiler read them again.
   const int ow = r.ow, oc = r.oc, c = r.c, groups = (ow + P - 1) / P;
-  std::size_t at[NA];
-  __mmask16 lanes[NA];
-  for (int a = 0; a < NA; ++a) {
-    at[a] = static_cast<std::size_t>(a / r.vk) * r.dxpRow + (a % r.vk) * kLanes;
-    lanes[a] = firstLanes(r.valid(a));
-  }
+  const Places<NA> places(r);
   for (int gi = 0; gi < groups; ++gi) {
     const std::array<int, P> px = group<P>(r, gi);
     const float* d[P];
@@ -124,16 +168,48 @@ __attribute__((target("avx512f"))) void rowAvx512(float* dxp, const float* dyRow
         for (int k = 0; k < P; ++k) acc[k][a] = _mm512_fmadd_ps(b[k], wv, acc[k][a]);
       }
     }
-#pragma GCC unroll 16
-    for (int k = 0; k < P; ++k) {
-      if (px[k] < 0) continue;
-      float* base = dxp + static_cast<std::size_t>(px[k]) * c;
-#pragma GCC unroll 16
-      for (int a = 0; a < NA; ++a)
-        _mm512_mask_storeu_ps(base + at[a], lanes[a],
-                              _mm512_add_ps(_mm512_maskz_loadu_ps(lanes[a], base + at[a]), acc[k][a]));
-    }
+    addGroup<NA, P>(dxp, acc, px, places, c);
   }
+}
+
+// Native bf16: the same over the pairs of o, dyRow the row's bits as words [ow][oc / 2] and wp
+// tapPairs' words.
+template <int NA, int P>
+XS_DPBF16 void rowPairs(float* dxp, const std::uint32_t* dyRow, const std::uint32_t* wp, const Runs& r) {
+  const int ow = r.ow, oq = r.oc / 2, c = r.c, groups = (ow + P - 1) / P;
+  const Places<NA> places(r);
+  for (int gi = 0; gi < groups; ++gi) {
+    const std::array<int, P> px = group<P>(r, gi);
+    const std::uint32_t* d[P];
+    for (int k = 0; k < P; ++k) d[k] = dyRow + static_cast<std::size_t>(px[k] < 0 ? px[0] : px[k]) * oq;
+    __m512 acc[P][NA];
+#pragma GCC unroll 16
+    for (int k = 0; k < P; ++k)
+#pragma GCC unroll 16
+      for (int a = 0; a < NA; ++a) acc[k][a] = _mm512_setzero_ps();
+    for (int q = 0; q < oq; ++q) {
+      __m512i b[P];
+#pragma GCC unroll 16
+      for (int k = 0; k < P; ++k) b[k] = _mm512_set1_epi32(static_cast<int>(d[k][q]));
+      const std::uint32_t* wq = wp + static_cast<std::size_t>(q) * NA * kLanes;
+#pragma GCC unroll 16
+      for (int a = 0; a < NA; ++a) {
+        __m512i wv = _mm512_load_si512(wq + a * kLanes);
+        asm("" : "+v"(wv));  // one load for the P pairs' products, as in rowAvx512
+#pragma GCC unroll 16
+        for (int k = 0; k < P; ++k) acc[k][a] = _mm512_dpbf16_ps(acc[k][a], (__m512bh)b[k], (__m512bh)wv);
+      }
+    }
+    addGroup<NA, P>(dxp, acc, px, places, c);
+  }
+}
+
+using PairRow = void (*)(float*, const std::uint32_t*, const std::uint32_t*, const Runs&);
+
+template <std::size_t... I>
+PairRow pairKernel(int na, std::index_sequence<I...>) {
+  static constexpr PairRow kTable[] = {&rowPairs<static_cast<int>(I) + 1, pixelsPerGroup(static_cast<int>(I) + 1)>...};
+  return kTable[na - 1];
 }
 
 using RowKernel = void (*)(float*, const float*, const float*, const Runs&);
@@ -169,21 +245,34 @@ bool useNarrowDataGradient(const ConvGeom& g) {
 
 void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g) {
   const Runs r(g);
-  const bool emulated = bf16Products(dev);
-  float* wr = dev.scratch(kWeightSlot, r.wrCount());  // 64-byte aligned, as every scratch slot
-  tapRows(wr, w, g, r, emulated && !g.wRounded);
   const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.ow * r.oc;
-  if (emulated && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyCount);
+  const bool pairs = narrowBf16(dev) && r.oc % 2 == 0 && !narrowDataPortableSlot();
+  float* wr = dev.scratch(kWeightSlot, r.wrCount());  // 64-byte aligned, as every scratch slot
+  auto* wp = reinterpret_cast<std::uint32_t*>(wr);
+  std::uint32_t* dyWords = nullptr;  // native bf16: dy's bits, words of output channel pairs
+  const RowKernel kernel = pairs ? nullptr : rowKernel(r);
+  const PairRow pairKernelOf = pairs ? pairKernel(r.na, std::make_index_sequence<kMaxAcc>()) : nullptr;
+  if (pairs) {
+    tapPairs(wp, w, g, r);
+    dyWords = reinterpret_cast<std::uint32_t*>(dev.scratch(kDyBitsSlot, dyCount / 2));
+    toBf16Bits(dy, reinterpret_cast<std::uint16_t*>(dyWords), dyCount);
+  } else {
+    const bool emulated = bf16Products(dev);
+    tapRows(wr, w, g, r, emulated && !g.wRounded);
+    if (emulated && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyCount);
+  }
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
   const std::size_t padded = static_cast<std::size_t>(r.dxpRows) * r.dxpRow;
   float* dxp = g.pad ? dev.scratch(kPaddedSlot, padded) : nullptr;
-  const RowKernel kernel = rowKernel(r);
   for (int n = 0; n < g.n; ++n) {
     float* to = g.pad ? dxp : dx + n * image;  // without padding dx is dxp
     std::fill(to, to + padded, 0.f);
-    for (int oy = 0; oy < r.oh; ++oy)
-      kernel(to + static_cast<std::size_t>(oy) * r.dxpRow,
-             dy + (static_cast<std::size_t>(n) * r.oh + oy) * r.ow * r.oc, wr, r);
+    for (int oy = 0; oy < r.oh; ++oy) {
+      const std::size_t row = (static_cast<std::size_t>(n) * r.oh + oy) * r.ow * r.oc;
+      float* into = to + static_cast<std::size_t>(oy) * r.dxpRow;
+      if (pairs) pairKernelOf(into, dyWords + row / 2, wp, r);
+      else kernel(into, dy + row, wr, r);
+    }
     if (g.pad)
       for (int iy = 0; iy < g.h; ++iy)
         std::memcpy(dx + n * image + static_cast<std::size_t>(iy) * g.w * g.c,

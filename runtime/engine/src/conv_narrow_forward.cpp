@@ -12,6 +12,11 @@
 // loads for P multiply-adds, against oneDNN's blocking. Each sum runs in the order written with
 // fused multiply-adds, the same in the AVX-512 kernels and the portable loops (tested bit for
 // bit). Emulated bf16 rounds x once per call and w as it builds wt.
+//
+// Native bf16 on vdpbf16ps (narrowBf16, c even) takes the input channels in pairs (ci, ci + 1):
+// x's padded channels-last bits read as 32-bit words, one a pixel and pair, are broadcast against
+// wp [kh][kw][c / 2][16], each lane a pair of weights; the sums run over ky, then the pairs, then
+// kx, each pair's ci + 1 first (vdpbf16ps adds its high half's product first).
 #include <algorithm>
 #include <cmath>
 #include <immintrin.h>
@@ -19,6 +24,7 @@
 
 #include "conv_onednn.hpp"
 #include "gemm.hpp"
+#include "kernel_util.hpp"
 
 namespace xs::engine::detail {
 namespace {
@@ -26,7 +32,7 @@ namespace {
 constexpr int kLanes = 16;
 constexpr int kMaxBlock = 14;  // pixels a block: accumulators, a weight and broadcasts in 32 registers
 // Scratch slots: the GEMM paths' and the other narrow convolutions', which do not run meanwhile.
-constexpr int kWeightSlot = 1, kPaddedSlot = 2, kRoundedXSlot = 4;
+constexpr int kWeightSlot = 1, kPaddedSlot = 2, kRoundedXSlot = 4, kBitsSlot = 3;
 
 // The geometry (NarrowRuns) and the size of wt.
 struct Taps : NarrowRuns {
@@ -118,7 +124,115 @@ void imageRows(float* y, const float* xp, const float* wt, const float* b, const
     }
 }
 
+// Native bf16: the geometry in pairs of input channels, cq of them; padded rows of xqRow words.
+struct Pairs : Taps {
+  int cq, xqRow;
+  explicit Pairs(const ConvGeom& g) : Taps(g), cq(g.c / 2), xqRow((g.w + 2 * g.pad) * (g.c / 2)) {}
+  std::size_t wpCount() const { return static_cast<std::size_t>(kh) * kw * cq * kLanes; }
+};
+
+// w [oc, c, kh, kw] -> wp [kh][kw][cq][16] words: (w[o][2q][ky][kx], w[o][2q + 1][ky][kx]) in
+// lane o, zeros past oc.
+void pairColumns(std::uint32_t* wp, const float* w, const Pairs& t) {
+  std::fill(wp, wp + t.wpCount(), 0u);
+  auto at = [&](int o, int ci, int ky, int kx) {
+    return toBf16Bits(w[((static_cast<std::size_t>(o) * t.c + ci) * t.kh + ky) * t.kw + kx]);
+  };
+  for (int o = 0; o < t.oc; ++o)
+    for (int ky = 0; ky < t.kh; ++ky)
+      for (int kx = 0; kx < t.kw; ++kx)
+        for (int q = 0; q < t.cq; ++q)
+          wp[((static_cast<std::size_t>(ky) * t.kw + kx) * t.cq + q) * kLanes + o] =
+              at(o, 2 * q, ky, kx) | static_cast<std::uint32_t>(at(o, 2 * q + 1, ky, kx)) << 16;
+}
+
+// blockAvx512 over pairs: xr the words at (oy, ox0) of the padded image's bits.
+template <int P, int KW>
+XS_DPBF16 void pairBlock(float* y, const std::uint32_t* xr, const std::uint32_t* wp, const float* b, const Pairs& t) {
+  const __mmask16 lanes = firstLanes(t.oc);
+  const int cq = t.cq, kh = t.kh;
+  const std::size_t xqRow = t.xqRow;
+  const __m512 bias = b ? _mm512_maskz_loadu_ps(lanes, b) : _mm512_setzero_ps();
+  __m512 acc[P];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) acc[p] = bias;
+  for (int ky = 0; ky < kh; ++ky)
+    for (int q = 0; q < cq; ++q) {
+      const std::uint32_t* x = xr + ky * xqRow + q;
+      const std::uint32_t* wk = wp + (static_cast<std::size_t>(ky) * KW * cq + q) * kLanes;
+      __m512i w[KW];
+#pragma GCC unroll 16
+      for (int kx = 0; kx < KW; ++kx) {
+        w[kx] = _mm512_load_si512(wk + kx * cq * kLanes);
+        asm("" : "+v"(w[kx]));  // one load for its multiply-adds, as in blockAvx512
+      }
+#pragma GCC unroll 32
+      for (int i = 0; i < P + KW - 1; ++i) {
+        const __m512i v = _mm512_set1_epi32(static_cast<int>(x[i * cq]));
+#pragma GCC unroll 16
+        for (int kx = KW - 1; kx >= 0; --kx)
+          if (i - kx >= 0 && i - kx < P) acc[i - kx] = _mm512_dpbf16_ps(acc[i - kx], (__m512bh)v, (__m512bh)w[kx]);
+      }
+    }
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) _mm512_mask_storeu_ps(y + p * t.oc, lanes, acc[p]);
+}
+
+using PairBlock = void (*)(float*, const std::uint32_t*, const std::uint32_t*, const float*, const Pairs&);
+
+template <int KW, std::size_t... I>
+PairBlock pairKernel(int p, std::index_sequence<I...>) {
+  static constexpr PairBlock kTable[] = {&pairBlock<static_cast<int>(I) + 1, KW>...};
+  return kTable[p - 1];
+}
+
+// x's images as bf16 bits with their padding, for the pairs: zero borders written once.
+class PaddedBits {
+ public:
+  PaddedBits(Device& dev, int slot, const ConvGeom& g)
+      : g_(g), row_(static_cast<std::size_t>(g.w + 2 * g.pad) * g.c),
+        xp_(reinterpret_cast<std::uint16_t*>(dev.scratch(slot, ((g.h + 2 * g.pad) * row_ + 1) / 2))) {
+    std::fill(xp_, xp_ + (g.h + 2 * g.pad) * row_, std::uint16_t{0});
+  }
+  // Image n of x [n, h, w, c], padded, as words of channel pairs.
+  const std::uint32_t* image(const float* x, int n) const {
+    const std::size_t width = static_cast<std::size_t>(g_.w) * g_.c;
+    const float* xn = x + static_cast<std::size_t>(n) * g_.h * width;
+    if (!g_.pad) toBf16Bits(xn, xp_, g_.h * width);
+    for (int iy = 0; iy < g_.h && g_.pad; ++iy)
+      toBf16Bits(xn + iy * width, xp_ + (iy + g_.pad) * row_ + static_cast<std::size_t>(g_.pad) * g_.c, width);
+    return reinterpret_cast<const std::uint32_t*>(xp_);
+  }
+
+ private:
+  const ConvGeom& g_;
+  std::size_t row_;
+  std::uint16_t* xp_;
+};
+
+void forwardPairs(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
+  const Pairs t(g);
+  auto* wp = reinterpret_cast<std::uint32_t*>(dev.scratch(kWeightSlot, t.wpCount()));  // 64-byte aligned
+  pairColumns(wp, w, t);
+  const PaddedBits padded(dev, kBitsSlot, g);
+  const int blocks = (t.ow + kMaxBlock - 1) / kMaxBlock;
+  for (int n = 0; n < g.n; ++n) {
+    const std::uint32_t* xq = padded.image(x, n);
+    for (int oy = 0; oy < t.oh; ++oy)
+      for (int bi = 0, ox = 0; bi < blocks; ++bi) {
+        const int count = (t.ow - ox) / (blocks - bi);
+        float* yo = y + ((static_cast<std::size_t>(n) * t.oh + oy) * t.ow + ox) * t.oc;
+        const std::uint32_t* xr = xq + static_cast<std::size_t>(oy) * t.xqRow + ox * t.cq;
+        if (t.kw == 3) pairKernel<3>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
+        else pairKernel<5>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
+        ox += count;
+      }
+  }
+}
+
 }  // namespace
+
+bool narrowBf16(const Device& dev) { return nativeBf16(dev) && dpbf16Kernels(); }
 
 bool& narrowForwardPortableSlot() {
   static bool portable = false;
@@ -132,6 +246,8 @@ bool useNarrowForward(const ConvGeom& g) {
 bool narrowForwardVectorized(const ConvGeom& g) { return cpuHasAvx512() && (g.kw == 3 || g.kw == 5); }
 
 void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
+  if (narrowBf16(dev) && g.c % 2 == 0 && narrowForwardVectorized(g) && !narrowForwardPortableSlot())
+    return forwardPairs(dev, y, x, w, b, g);
   const Taps t(g);
   const bool emulated = bf16Products(dev);
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;

@@ -12,14 +12,21 @@
 // (LeNet-5's whole run; two passes of 15 ran 1.04x slower) and streams the image's pixels: one
 // load of dy a pixel, and x broadcast as each multiply-add's operand. Each sum runs from zero with
 // fused multiply-adds in the order written, the same in the AVX-512 kernels and the portable
-// loops (tested bit for bit). Emulated bf16 rounds x and dy
-// once per call, unless they come rounded.
+// loops (tested bit for bit). Emulated bf16 rounds x and dy once per call, unless they come
+// rounded.
+//
+// Native bf16 on vdpbf16ps (narrowBf16) takes the output rows in pairs (oy, oy + 1): dy's two
+// rows interleaved into words, a vector of 16 outputs' pairs a pixel, against words of x's padded
+// rows (r, r + 1) interleaved, broadcast. Each sum runs over images, row pairs and pixels, each
+// pair's oy + 1 first (vdpbf16ps adds its high half's product first); an odd last row pairs with
+// zeros. The bias's sums add the same words of dy times pairs of ones, as they are laid out.
 #include <algorithm>
 #include <cmath>
 #include <immintrin.h>
 
 #include "conv_onednn.hpp"
 #include "gemm.hpp"
+#include "kernel_util.hpp"
 
 namespace xs::engine::detail {
 namespace {
@@ -27,7 +34,8 @@ namespace {
 constexpr int kLanes = 16;
 constexpr int kMaxSums = 30;  // sums a pass: with dy's vector, 31 registers (x: the FMAs' operand)
 // Scratch slots: the GEMM paths' and the other narrow convolutions', which do not run meanwhile.
-constexpr int kSumSlot = 1, kPaddedSlot = 2, kRoundedXSlot = 4, kRoundedDySlot = 5;
+constexpr int kSumSlot = 1, kPaddedSlot = 2, kRoundedXSlot = 4, kRoundedDySlot = 5, kDyPairSlot = 3,
+              kRowPairSlot = 6;
 
 // The geometry (NarrowRuns) and the sums s [kh][run][16], then the bias's [16].
 struct Runs : NarrowRuns {
@@ -85,19 +93,121 @@ Pass passKernel(int count, std::index_sequence<I...>) {
   return kTable[count - 1];
 }
 
-// One image: each tap row's run in passes of up to kMaxSums sums, as even as they come; the
-// bias's sums with the first.
-void imagePasses(float* s, const float* dy, const float* xp, const Runs& r, bool vector, bool bias) {
+// f(ky, j0, count, first) for each tap row's run in passes of up to kMaxSums sums, as even as
+// they come; first: the image's first pass.
+template <class F>
+void eachPass(const Runs& r, F f) {
   const int passes = (r.run + kMaxSums - 1) / kMaxSums;
   for (int ky = 0; ky < r.kh; ++ky)
     for (int pi = 0, j = 0; pi < passes; ++pi) {
       const int count = (r.run - j) / (passes - pi);
-      const bool withBias = bias && ky == 0 && pi == 0;
-      if (!vector) passPortable(s, dy, xp, r, ky, j, count, withBias);
-      else if (withBias) passKernel<true>(count, std::make_index_sequence<kMaxSums>())(s, dy, xp, r, ky, j);
-      else passKernel<false>(count, std::make_index_sequence<kMaxSums>())(s, dy, xp, r, ky, j);
+      f(ky, j, count, ky == 0 && pi == 0);
       j += count;
     }
+}
+
+// fp32 and emulated bf16: every image's sums into s (zeroed), the bias's with the first pass.
+void imageSums(Device& dev, float* s, bool bias, const float* dy, const float* x, const ConvGeom& g, const Runs& r) {
+  const bool emulated = bf16Products(dev);
+  const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
+  const std::size_t dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
+  if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, image * g.n);
+  if (emulated && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyImage * g.n);
+  const PaddedImages padded(dev, kPaddedSlot, g);
+  const bool vector = cpuHasAvx512() && !narrowWeightsPortableSlot();
+  for (int n = 0; n < g.n; ++n) {
+    const float *dyn = dy + n * dyImage, *xp = padded.image(x, n);
+    eachPass(r, [&](int ky, int j, int count, bool first) {
+      const bool withBias = bias && first;
+      if (!vector) passPortable(s, dyn, xp, r, ky, j, count, withBias);
+      else if (withBias) passKernel<true>(count, std::make_index_sequence<kMaxSums>())(s, dyn, xp, r, ky, j);
+      else passKernel<false>(count, std::make_index_sequence<kMaxSums>())(s, dyn, xp, r, ky, j);
+    });
+  }
+}
+
+// Native bf16: the image's dy [oh][ow][oc] -> dq [(oh + 1) / 2][ow][16] words (dy[2 rq][ox][o],
+// dy[2 rq + 1][ox][o]), zeros past oc and oh; with bias, the bias's sums (16 lanes) += each
+// word's pair of values, in that order.
+XS_DPBF16 void dyRowPairs(std::uint32_t* dq, float* bias, const float* dy, const Runs& r) {
+  const __mmask16 lanes = firstLanes(r.oc);
+  const __m512i ones = _mm512_set1_epi32(0x3f803f80);  // bf16 1.0 in both halves
+  __m512 sums = bias ? _mm512_load_ps(bias) : _mm512_setzero_ps();
+  const std::size_t row = static_cast<std::size_t>(r.ow) * r.oc;
+  for (int oy = 0; oy < r.oh; oy += 2)
+    for (int ox = 0; ox < r.ow; ++ox, dq += kLanes) {
+      const float* d = dy + oy * row + static_cast<std::size_t>(ox) * r.oc;
+      const __m512 hi = oy + 1 < r.oh ? _mm512_maskz_loadu_ps(lanes, d + row) : _mm512_setzero_ps();
+      const __m512i words = pairWords(_mm512_maskz_loadu_ps(lanes, d), hi);
+      _mm512_store_si512(dq, words);
+      if (bias) sums = _mm512_dpbf16_ps(sums, (__m512bh)words, (__m512bh)ones);
+    }
+  if (bias) _mm512_store_ps(bias, sums);
+}
+
+// Native bf16: the image's x [h][w][c] -> xq [h + 2 pad][xpRow] words (xp[r][j], xp[r + 1][j])
+// of the padded image xp (zeros past its last row), the borders' zeros written by the caller.
+XS_DPBF16 void xRowPairs(std::uint32_t* xq, const float* x, const ConvGeom& g, const Runs& r) {
+  const int width = g.w * g.c, rows = g.h + 2 * g.pad;
+  auto rowAt = [&](int iy) { return iy >= 0 && iy < g.h ? x + static_cast<std::size_t>(iy) * width : nullptr; };
+  for (int rp = 0; rp < rows; ++rp) {
+    const float* lo = rowAt(rp - g.pad);
+    const float* hi = rowAt(rp + 1 - g.pad);
+    std::uint32_t* to = xq + static_cast<std::size_t>(rp) * r.xpRow + g.pad * g.c;
+    for (int j = 0; j < width; j += kLanes) {
+      const __mmask16 m = firstLanes(width - j);
+      const __m512 a = lo ? _mm512_maskz_loadu_ps(m, lo + j) : _mm512_setzero_ps();
+      const __m512 b = hi ? _mm512_maskz_loadu_ps(m, hi + j) : _mm512_setzero_ps();
+      _mm512_mask_storeu_epi32(to + j, m, pairWords(a, b));
+    }
+  }
+}
+
+// passAvx512 over the row pairs: J sums of tap row ky from j0, dq and xq the image's words.
+template <int J>
+XS_DPBF16 void pairPass(float* s, const std::uint32_t* dq, const std::uint32_t* xq, const Runs& r, int ky, int j0) {
+  const int pairs = (r.oh + 1) / 2, ow = r.ow, c = r.c;
+  __m512 acc[J];
+#pragma GCC unroll 32
+  for (int j = 0; j < J; ++j) acc[j] = _mm512_load_ps(r.sums(s, ky, j0 + j));
+  for (int rq = 0; rq < pairs; ++rq) {
+    const std::uint32_t* x = xq + static_cast<std::size_t>(2 * rq + ky) * r.xpRow + j0;
+    for (int ox = 0; ox < ow; ++ox, dq += kLanes, x += c) {
+      __m512i dv = _mm512_load_si512(dq);
+      asm("" : "+v"(dv));  // one load for its products, as in passAvx512
+#pragma GCC unroll 32
+      for (int j = 0; j < J; ++j)
+        acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)dv, (__m512bh)_mm512_set1_epi32(static_cast<int>(x[j])));
+    }
+  }
+#pragma GCC unroll 32
+  for (int j = 0; j < J; ++j) _mm512_store_ps(r.sums(s, ky, j0 + j), acc[j]);
+}
+
+using PairPass = void (*)(float*, const std::uint32_t*, const std::uint32_t*, const Runs&, int, int);
+
+template <std::size_t... I>
+PairPass pairPassKernel(int count, std::index_sequence<I...>) {
+  static constexpr PairPass kTable[] = {&pairPass<static_cast<int>(I) + 1>...};
+  return kTable[count - 1];
+}
+
+// Native bf16: every image's sums into s (zeroed), over the pairs of rows.
+void pairSums(Device& dev, float* s, bool bias, const float* dy, const float* x, const ConvGeom& g, const Runs& r) {
+  const std::size_t dqCount = static_cast<std::size_t>((r.oh + 1) / 2) * r.ow * kLanes;
+  const std::size_t xqCount = static_cast<std::size_t>(g.h + 2 * g.pad) * r.xpRow;
+  auto* dq = reinterpret_cast<std::uint32_t*>(dev.scratch(kDyPairSlot, dqCount));
+  auto* xq = reinterpret_cast<std::uint32_t*>(dev.scratch(kRowPairSlot, xqCount));
+  std::fill(xq, xq + xqCount, 0u);
+  const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
+  const std::size_t dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
+  for (int n = 0; n < g.n; ++n) {
+    dyRowPairs(dq, bias ? r.sums(s, r.kh, 0) : nullptr, dy + n * dyImage, r);
+    xRowPairs(xq, x + n * image, g, r);
+    eachPass(r, [&](int ky, int j, int count, bool) {
+      pairPassKernel(count, std::make_index_sequence<kMaxSums>())(s, dq, xq, r, ky, j);
+    });
+  }
 }
 
 }  // namespace
@@ -115,16 +225,10 @@ bool useNarrowWeightGradient(const ConvGeom& g) {
 void conv2dWeightGradientNarrow(Device& dev, float* dw, float* db, const float* dy, const float* x,
                                 const ConvGeom& g) {
   const Runs r(g);
-  const bool emulated = bf16Products(dev);
-  const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
-  const std::size_t dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
-  if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, image * g.n);
-  if (emulated && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyImage * g.n);
   float* s = dev.scratch(kSumSlot, r.sumCount());  // 64-byte aligned, as every scratch slot
   std::fill(s, s + r.sumCount(), 0.f);
-  const PaddedImages padded(dev, kPaddedSlot, g);
-  const bool vector = cpuHasAvx512() && !narrowWeightsPortableSlot();
-  for (int n = 0; n < g.n; ++n) imagePasses(s, dy + n * dyImage, padded.image(x, n), r, vector, db != nullptr);
+  if (narrowBf16(dev) && !narrowWeightsPortableSlot()) pairSums(dev, s, db != nullptr, dy, x, g, r);
+  else imageSums(dev, s, db != nullptr, dy, x, g, r);
   for (int o = 0; o < r.oc; ++o) {
     for (int ci = 0; ci < r.c; ++ci)
       for (int ky = 0; ky < r.kh; ++ky)

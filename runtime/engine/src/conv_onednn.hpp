@@ -72,6 +72,14 @@ void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const flo
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& narrowDataPortableSlot();
 
+// Native bf16 (nativeBf16) where our vdpbf16ps kernels run (dpbf16Kernels): the narrow
+// passes below sum over pairs of bf16 values on vdpbf16ps, twice the FMA units' multiply-adds on
+// AMD Zen 4, instead of running their fp32 kernels on rounded operands. Each takes the pairs
+// along a sum of its fp32 kernel (the forward: input channels, when even; the input gradient:
+// output channels, when even; the weight gradient: output rows) and keeps that kernel's order
+// over them; x and dy are rounded to bf16 as they are laid out in pairs, w as it is.
+bool narrowBf16(const Device& dev);
+
 // The forward of a channels-last stride-1 convolution from fewer than 16 input channels into at
 // most 16 outputs (conv_narrow_forward.cpp), chosen by useNarrowForward in fp32 and emulated
 // bf16 where narrowForwardVectorized holds. The backward passes do not read a copy of x kept by

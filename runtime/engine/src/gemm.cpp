@@ -99,6 +99,14 @@ bool cpuHasBf16() {
   return __builtin_cpu_supports("avx512bf16");
 }
 
+bool dpbf16Kernels() {
+  static const bool isa = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && cpuHasBf16();
+  }();
+  return isa && !oneDnnRunsAmx();
+}
+
 bool cpuHasAvx512() {
   static const bool avx512 = [] {
     __builtin_cpu_init();

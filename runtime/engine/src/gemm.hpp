@@ -66,6 +66,11 @@ void sgemmOneDnn(bool transA, bool transB, int M, int N, int K, const float* A, 
 bool cpuHasBf16();
 // True when oneDNN runs its AMX kernels here: the CPU has AMX and ONEDNN_MAX_CPU_ISA allows it.
 bool oneDnnRunsAmx();
+// True where our own kernels on vdpbf16ps run in native bf16 (the big linear layers', the narrow
+// convolutions'): AVX512-BF16 (with AVX512-BW and VL, as every such CPU has) and oneDNN running
+// no AMX, whose tiles outrun them. On AMD Zen 4 vdpbf16ps makes twice the FMA units'
+// multiply-adds; on Intel CPUs without AMX native bf16 is not the default (bf16Mode).
+bool dpbf16Kernels();
 // True when this CPU has AVX-512 (AVX512F): the kernels written with its intrinsics may run.
 bool cpuHasAvx512();
 // The mask of a 16-lane vector's first n lanes (all of them from 16 on), for AVX-512's masked
@@ -91,9 +96,10 @@ bool emulatesBf16(const Device& dev);
 bool nativeBf16(const Device& dev);
 // True when dev's products take bf16 operands (precision bf16, in either mode). Then:
 // - our own kernels of narrow convolutions (fewer than 16 channels: conv_one_channel.cpp,
-//   conv_narrow_*.cpp), which have no bf16 form, round their operands. On layers this narrow
-//   their emulation beats oneDNN's bf16 kernels, which fill a few lanes of a vector or rows of a
-//   matrix tile, so native mode runs them too (docs/engine.md);
+//   conv_narrow_*.cpp) round their operands. On layers this narrow their emulation beats
+//   oneDNN's bf16 kernels, which fill a few lanes of a vector or rows of a matrix tile, so
+//   native mode runs them too (docs/engine.md), or their native forms on vdpbf16ps where
+//   dpbf16Kernels holds (conv_onednn.hpp's narrowBf16);
 // - a layer whose next layer's products take its output (or whose previous layer's take its
 //   input gradient) writes it rounded to bf16 in a pass it makes anyway (rounding at the
 //   producer): the reader's own rounding or bf16 conversion then has nothing left to change.

@@ -1,5 +1,6 @@
-// kernel_util.hpp: helpers the pooling kernels share (internal header): the bf16 rounding of a
-// vector, and the dispatch of two fused steps' flags to template instantiations.
+// kernel_util.hpp: helpers the kernels share (internal header): the bf16 rounding of a vector,
+// vdpbf16ps's words of two bf16 values, and the dispatch of two fused steps' flags to template
+// instantiations.
 #pragma once
 
 #include <immintrin.h>
@@ -24,6 +25,16 @@ __attribute__((target("avx512f"))) inline __m512 roundBf16(__m512 v) {
       _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   const __m512i bits = _mm512_mask_or_epi32(rounded, nan, u, _mm512_set1_epi32(0x00400000));
   return _mm512_castsi512_ps(_mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// The target of our kernels on vdpbf16ps (every CPU with AVX512-BF16 has the rest).
+#define XS_DPBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// vdpbf16ps's operand: 16 words of two bf16 values, lo's lanes rounded in the low halves and
+// hi's in the high ones (vdpbf16ps adds the high halves' product first).
+__attribute__((target("avx512f"))) inline __m512i pairWords(__m512 lo, __m512 hi) {
+  return _mm512_or_si512(_mm512_maskz_srli_epi32(kAllLanes, _mm512_castps_si512(roundBf16(lo)), 16),
+                         _mm512_castps_si512(roundBf16(hi)));
 }
 
 // run(relu, round) with each flag as a compile-time constant (std::bool_constant), so that a

@@ -73,7 +73,6 @@ std::uint32_t* toPairPanels(Device& dev, const std::uint16_t* x, int batch, int 
 }
 
 using Bh = __m512bh;
-#define XS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 // x [batch][in] bits -> [in / 2][width] pairs over the batch's lanes (pairsByColumn).
 std::uint32_t* xByPairs(Device& dev, const std::uint16_t* x, int batch, int in, int width) {
@@ -93,7 +92,7 @@ std::uint32_t pairAt(const std::uint16_t* w, int k) {
 // Output rows o0.. (R of them; rows past `out` run on the last row and are dropped): every sum
 // from the bias over pairs of k in order, the batch as V vectors of x's pairs.
 template <int V, int R>
-XS_BF16_TARGET void forwardRows(float* y, const std::uint32_t* xq, const std::uint16_t* w, const float* bias,
+XS_DPBF16 void forwardRows(float* y, const std::uint32_t* xq, const std::uint16_t* w, const float* bias,
                                 int batch, int in, int out, int o0) {
   __m512 acc[R][V];
   const std::uint16_t* row[R];
@@ -105,7 +104,7 @@ XS_BF16_TARGET void forwardRows(float* y, const std::uint32_t* xq, const std::ui
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_set1_ps(bias ? bias[o] : 0.f);
   }
   // acc += the rows' pairs from k (their high halves zero past `in`) against x's pairs.
-  auto pairs = [&](int k, bool last) XS_BF16_TARGET {
+  auto pairs = [&](int k, bool last) XS_DPBF16 {
     __m512i xv[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) xv[v] = _mm512_load_si512(xq + (static_cast<std::size_t>(k / 2) * V + v) * kLanes);
@@ -136,7 +135,7 @@ void allForwardRows(float* y, const std::uint32_t* xq, const std::uint16_t* w, c
 // comes alone from memory: 1.5x slower.)
 constexpr int kChunkRows = 128;
 
-XS_BF16_TARGET void packChunk(__m512i* packed, const std::uint16_t* w, int in, int out, int o0, int pairs) {
+XS_DPBF16 void packChunk(__m512i* packed, const std::uint16_t* w, int in, int out, int o0, int pairs) {
   const int strips = (in + 31) / 32;
   for (int q = 0; q < pairs; ++q) {
     const int o = o0 + 2 * q;
@@ -158,7 +157,7 @@ XS_BF16_TARGET void packChunk(__m512i* packed, const std::uint16_t* w, int in, i
 // first chunk) over the chunk's pairs of rows from o0 on, in order, from their strip; dy's pair
 // broadcast straight from its row.
 template <int R>
-XS_BF16_TARGET void gradColumns(float* dx, const std::uint16_t* dy, const __m512i* strip, int pairs, int batch,
+XS_DPBF16 void gradColumns(float* dx, const std::uint16_t* dy, const __m512i* strip, int pairs, int batch,
                                 int in, int out, int o0, int b0, int k0, __mmask32 lanes) {
   // The vectors' order (128-bit chunks of columns alternating between the two) and back.
   const __m512i toFirst = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
@@ -178,7 +177,7 @@ XS_BF16_TARGET void gradColumns(float* dx, const std::uint16_t* dy, const __m512
     acc[r][0] = _mm512_permutex2var_ps(v0, toFirst, v1);
     acc[r][1] = _mm512_permutex2var_ps(v0, toSecond, v1);
   }
-  auto pairOfRows = [&](int q, bool last) XS_BF16_TARGET {
+  auto pairOfRows = [&](int q, bool last) XS_DPBF16 {
     const __m512i lo = _mm512_load_si512(strip + 2 * q), hi = _mm512_load_si512(strip + 2 * q + 1);
     const int o = o0 + 2 * q;
 #pragma GCC unroll 8
@@ -203,7 +202,7 @@ XS_BF16_TARGET void gradColumns(float* dx, const std::uint16_t* dy, const __m512
 // The weight gradient's tile of rows o0.. (R) by columns k.. (C vectors, the last one's lanes
 // `last`), each a sum from zero over the batch's pairs in order; out(value, o, k, lanes) takes it.
 template <int R, int C, class Out>
-XS_BF16_TARGET void weightTile(const std::uint32_t* dyB, const std::uint32_t* xp, int pairs, int o0, int k,
+XS_DPBF16 void weightTile(const std::uint32_t* dyB, const std::uint32_t* xp, int pairs, int o0, int k,
                                __mmask16 last, Out& out) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
@@ -266,7 +265,7 @@ struct IntoStepBits {
   Step step;
   std::uint16_t* bits;
   int in;
-  XS_BF16_TARGET void operator()(__m512 g, int o, int k, __mmask16 lanes) const {
+  XS_DPBF16 void operator()(__m512 g, int o, int k, __mmask16 lanes) const {
     const std::size_t at = static_cast<std::size_t>(o) * in + k;
     const __m512 p = step(g, at, lanes);
     if (!bits) return;
@@ -279,7 +278,7 @@ struct IntoStepBits {
   }
   // Two vectors side by side (the second's lanes `lanes`): their bits streamed as one whole cache
   // line where they fill one (1.07x on AlexNet's fc1 against two halves).
-  XS_BF16_TARGET void two(__m512 g0, __m512 g1, int o, int k, __mmask16 lanes) const {
+  XS_DPBF16 void two(__m512 g0, __m512 g1, int o, int k, __mmask16 lanes) const {
     const std::size_t at = static_cast<std::size_t>(o) * in + k;
     std::uint16_t* r = bits ? bits + at : nullptr;
     if (!r || lanes != 0xffff || reinterpret_cast<std::uintptr_t>(r) % 64 != 0) {
@@ -365,11 +364,7 @@ void linearDataGradientBf16(Device& dev, float* dx, const std::uint16_t* dy, con
 }
 
 bool useLinearRowsBf16(int batch, int in, int out) {
-  static const bool isa = [] {  // the kernels' target (every CPU with AVX512-BF16 has the rest)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && cpuHasBf16();
-  }();
-  return useLinearRows(batch, in, out) && isa && !oneDnnRunsAmx() && !linearRowsPortableSlot();
+  return useLinearRows(batch, in, out) && dpbf16Kernels() && !linearRowsPortableSlot();
 }
 
 bool fusesLinearStepBf16(int batch, int in, int out, const detail::FusedStep& step) {
@@ -398,7 +393,5 @@ bool linearWeightStepBf16(Device& dev, const std::uint16_t* dy, const std::uint1
   ++linearStepsFused();
   return true;
 }
-
-#undef XS_BF16_TARGET
 
 }  // namespace xs::engine

@@ -1,0 +1,208 @@
+// test_conv_narrow_bf16.cpp: native bf16's narrow convolutions on vdpbf16ps (narrowBf16 in
+// conv_narrow_forward.cpp, conv_narrow_data.cpp and conv_narrow_weights.cpp): the forward, the
+// input gradient and the weight and bias gradients against scalar sums of the same pairs in the
+// same order, bit for bit, and against fp32 on the rounded operands to its tolerance; where they
+// do not apply, the emulated kernels' bits. A pair adds its high half's product first, and a
+// product of two bf16 values is exact in fp32, so each of its two steps is a fused multiply-add.
+// The patterns hold no denormals, which vdpbf16ps reads as zeros.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "conv_onednn.hpp"
+#include "gemm.hpp"
+#include "golden_util.hpp"
+#include "ops.hpp"
+#include "test_util.hpp"
+
+namespace xs::engine {
+namespace {
+using golden::Vec;
+
+using Case = test::ConvCase;
+using test::wCount, test::xCount, test::yCount;
+constexpr auto geom = test::nhwcGeom;
+
+Vec rounded(Vec v) {
+  roundToBf16(v.data(), v.data(), v.size());
+  return v;
+}
+
+// One pair of vdpbf16ps: acc + hi's product, then + lo's.
+float pairStep(float acc, float lo, float wLo, float hi, float wHi) { return std::fma(lo, wLo, std::fma(hi, wHi, acc)); }
+
+// Readers of the rounded operands, zeros outside them.
+struct Operands {
+  const ConvGeom& g;
+  const Vec &x, &w, &dy;
+  float X(int n, int iy, int ix, int ci) const {
+    const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w && ci < g.c;
+    return inside ? x[((static_cast<std::size_t>(n) * g.h + iy) * g.w + ix) * g.c + ci] : 0.f;
+  }
+  float W(int o, int ci, int ky, int kx) const {
+    return o < g.oc && ci < g.c ? w[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx] : 0.f;
+  }
+  float D(int n, int oy, int ox, int o) const {
+    return oy < g.oh() && o < g.oc ? dy[((static_cast<std::size_t>(n) * g.oh() + oy) * g.ow() + ox) * g.oc + o] : 0.f;
+  }
+};
+
+// The forward: from the bias over ky, pairs of input channels (ci, ci + 1), then kx.
+Vec forwardReference(const Operands& a, const float* b) {
+  const ConvGeom& g = a.g;
+  Vec y(yCount(g));
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < g.oh(); ++oy)
+      for (int ox = 0; ox < g.ow(); ++ox)
+        for (int o = 0; o < g.oc; ++o) {
+          float acc = b ? b[o] : 0.f;
+          for (int ky = 0; ky < g.kh; ++ky)
+            for (int ci = 0; ci < g.c; ci += 2)
+              for (int kx = 0; kx < g.kw; ++kx) {
+                const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
+                acc = pairStep(acc, a.X(n, iy, ix, ci), a.W(o, ci, ky, kx), a.X(n, iy, ix, ci + 1),
+                               a.W(o, ci + 1, ky, kx));
+              }
+          y[((static_cast<std::size_t>(n) * g.oh() + oy) * g.ow() + ox) * g.oc + o] = acc;
+        }
+  return y;
+}
+
+// The input gradient: each pixel's run t over pairs of output channels (o, o + 1) from zero,
+// added into the padded dx in conv_narrow_data.cpp's order (test::narrowDataOrder).
+Vec dataReference(const Operands& a) {
+  return test::narrowDataOrder(a.g, [&](int n, int oy, int ox, int ky, int kx, int ci) {
+    float t = 0.f;
+    for (int o = 0; o < a.g.oc; o += 2)
+      t = pairStep(t, a.D(n, oy, ox, o), a.W(o, ci, ky, kx), a.D(n, oy, ox, o + 1), a.W(o + 1, ci, ky, kx));
+    return t;
+  });
+}
+
+struct Grads {
+  Vec dw, db;
+};
+
+// The weight and bias gradients: from zero over images, pairs of output rows (oy, oy + 1) and
+// pixels, then added to start.
+Grads weightReference(const Operands& a, const Grads& start) {
+  const ConvGeom& g = a.g;
+  Grads r = start;
+  for (int o = 0; o < g.oc; ++o) {
+    for (int ci = 0; ci < g.c; ++ci)
+      for (int ky = 0; ky < g.kh; ++ky)
+        for (int kx = 0; kx < g.kw; ++kx) {
+          float s = 0.f;
+          for (int n = 0; n < g.n; ++n)
+            for (int oy = 0; oy < g.oh(); oy += 2)
+              for (int ox = 0; ox < g.ow(); ++ox) {
+                const int ix = ox + kx - g.pad;
+                s = pairStep(s, a.D(n, oy, ox, o), a.X(n, oy + ky - g.pad, ix, ci), a.D(n, oy + 1, ox, o),
+                             a.X(n, oy + 1 + ky - g.pad, ix, ci));
+              }
+          r.dw[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx] += s;
+        }
+    float s = 0.f;
+    for (int n = 0; n < g.n; ++n)
+      for (int oy = 0; oy < g.oh(); oy += 2)
+        for (int ox = 0; ox < g.ow(); ++ox) s = pairStep(s, a.D(n, oy, ox, o), 1.f, a.D(n, oy + 1, ox, o), 1.f);
+    r.db[o] += s;
+  }
+  return r;
+}
+
+// Shapes: LeNet-5's conv 2 (6 channels into 16, 5 x 5); 2 channels 3 x 3 into 8 with padding
+// 1 (odd output rows and columns); 4 channels into 12 on rows of 29 pixels (blocks of 9 and 10);
+// 6 into 16, 3 x 3, padding 2, two blocks of 11.
+const Case kCases[] = {{3, 6, 14, 14, 16, 5, 0}, {2, 2, 9, 11, 8, 3, 1}, {1, 4, 6, 33, 12, 5, 0}, {2, 6, 7, 18, 16, 3, 2}};
+
+class ConvNarrowBf16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!dpbf16Kernels()) GTEST_SKIP() << "this CPU does not run the vdpbf16ps kernels (dpbf16Kernels)";
+  }
+  test::ModeScope mode_{Bf16Mode::kNative};
+  Device dev_{golden::bf16Options()};
+};
+
+TEST_F(ConvNarrowBf16, PassesMatchTheirPairSumsBitForBit) {
+  ASSERT_TRUE(detail::narrowBf16(dev_));
+  for (const Case& c : kCases) {
+    const ConvGeom g = geom(c);
+    ASSERT_TRUE(detail::useNarrowForward(g) && detail::useNarrowDataGradient(g) && detail::useNarrowWeightGradient(g));
+    const Vec x = test::pattern(xCount(g), 1), w = test::pattern(wCount(g), 2), b = test::pattern(g.oc, 3),
+              dy = test::pattern(yCount(g), 4);
+    const Vec rx = rounded(x), rw = rounded(w), rdy = rounded(dy);
+    const Operands a{g, rx, rw, rdy};
+    const std::string where = "c " + std::to_string(c.c) + " oc " + std::to_string(c.oc) + " k " + std::to_string(c.k);
+    for (bool bias : {true, false}) {
+      Vec y(yCount(g), 7.f);
+      detail::conv2dForwardNarrow(dev_, y.data(), x.data(), w.data(), bias ? b.data() : nullptr, g);
+      EXPECT_EQ(y, forwardReference(a, bias ? b.data() : nullptr)) << where << (bias ? " bias" : "");
+    }
+    Vec dx(xCount(g), 7.f);
+    detail::conv2dDataGradientNarrow(dev_, dx.data(), dy.data(), w.data(), g);
+    EXPECT_EQ(dx, dataReference(a)) << where;
+    for (bool overwrite : {false, true}) {
+      const Grads start{test::pattern(wCount(g), 5), test::pattern(g.oc, 6)};
+      Grads got = start;
+      ConvGeom gw = g;
+      gw.overwriteGrads = overwrite;
+      detail::conv2dWeightGradientNarrow(dev_, got.dw.data(), got.db.data(), dy.data(), x.data(), gw);
+      const Grads want = weightReference(a, overwrite ? Grads{Vec(wCount(g), 0.f), Vec(g.oc, 0.f)} : start);
+      EXPECT_EQ(got.dw, want.dw) << where << (overwrite ? " overwrite" : "");
+      EXPECT_EQ(got.db, want.db) << where << (overwrite ? " overwrite" : "");
+    }
+  }
+}
+
+// Odd input channels (the forward's pairs) and odd output channels (the input gradient's) run the
+// emulated kernels: the bits of an emulated bf16 device.
+TEST_F(ConvNarrowBf16, OddChannelsRunTheEmulatedKernels) {
+  for (const Case& c : {Case{2, 3, 9, 11, 8, 3, 1}, Case{2, 4, 9, 11, 5, 3, 1}}) {
+    const ConvGeom g = geom(c);
+    const Vec x = test::pattern(xCount(g), 7), w = test::pattern(wCount(g), 8), b = test::pattern(g.oc, 9),
+              dy = test::pattern(yCount(g), 10);
+    Vec y(yCount(g)), dx(xCount(g)), yEmulated(yCount(g)), dxEmulated(xCount(g));
+    detail::conv2dForwardNarrow(dev_, y.data(), x.data(), w.data(), b.data(), g);
+    detail::conv2dDataGradientNarrow(dev_, dx.data(), dy.data(), w.data(), g);
+    {
+      test::ModeScope emulated(Bf16Mode::kEmulated);
+      Device dev(golden::bf16Options());
+      detail::conv2dForwardNarrow(dev, yEmulated.data(), x.data(), w.data(), b.data(), g);
+      detail::conv2dDataGradientNarrow(dev, dxEmulated.data(), dy.data(), w.data(), g);
+    }
+    if (c.c % 2) {
+      EXPECT_EQ(y, yEmulated) << "c " << c.c;
+    }
+    if (c.oc % 2) {
+      EXPECT_EQ(dx, dxEmulated) << "oc " << c.oc;
+    }
+  }
+}
+
+// Through conv2dForward and conv2dBackward, as a layer calls them: fp32 on the rounded operands
+// to its tolerance (the sums differ in order only).
+TEST_F(ConvNarrowBf16, AgreesWithFp32OnRoundedOperands) {
+  for (const Case& c : kCases) {
+    const ConvGeom g = geom(c);
+    const Vec x = rounded(test::pattern(xCount(g), 11)), w = rounded(test::pattern(wCount(g), 12)),
+              b = test::pattern(g.oc, 13), dy = rounded(test::pattern(yCount(g), 14));
+    auto run = [&](Device& dev) {
+      std::vector<Vec> r{Vec(yCount(g)), Vec(xCount(g)), Vec(wCount(g), 0.f), Vec(g.oc, 0.f)};
+      conv2dForward(dev, r[0].data(), x.data(), w.data(), b.data(), g);
+      conv2dBackward(dev, r[1].data(), r[2].data(), r[3].data(), dy.data(), x.data(), w.data(), g);
+      return r;
+    };
+    const std::vector<Vec> got = run(dev_);
+    Device fp32;
+    const std::vector<Vec> want = run(fp32);
+    const char* names[] = {"y", "dx", "dw", "db"};
+    for (int i = 0; i < 4; ++i) golden::expectClose(names[i], got[i].data(), want[i], 1e-5, 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace xs::engine
