@@ -1,10 +1,11 @@
 // test_conv_narrow_bf16.cpp: native bf16's narrow convolutions on vdpbf16ps (narrowBf16 in
-// conv_narrow_forward.cpp, conv_narrow_data.cpp and conv_narrow_weights.cpp): the forward, the
-// input gradient and the weight and bias gradients against scalar sums of the same pairs in the
-// same order, bit for bit, and against fp32 on the rounded operands to its tolerance; where they
-// do not apply, the emulated kernels' bits. A pair adds its high half's product first, and a
-// product of two bf16 values is exact in fp32, so each of its two steps is a fused multiply-add.
-// The patterns hold no denormals, which vdpbf16ps reads as zeros.
+// conv_narrow_forward.cpp, conv_narrow_data.cpp, conv_narrow_weights.cpp and
+// conv_one_channel_bf16.cpp): the forward, the input gradient and the weight and bias gradients
+// against scalar sums of the same pairs in the same order, bit for bit, and against fp32 on the
+// rounded operands to its tolerance; where they do not apply, the emulated kernels' bits. A pair
+// adds its high half's product first, and a product of two bf16 values is exact in fp32, so each
+// of its two steps is a fused multiply-add. The patterns hold no denormals, which vdpbf16ps
+// reads as zeros.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -201,6 +202,90 @@ TEST_F(ConvNarrowBf16, AgreesWithFp32OnRoundedOperands) {
     const std::vector<Vec> want = run(fp32);
     const char* names[] = {"y", "dx", "dw", "db"};
     for (int i = 0; i < 4; ++i) golden::expectClose(names[i], got[i].data(), want[i], 1e-5, 1e-5);
+  }
+}
+
+// The one-channel convolution (conv_one_channel_bf16.cpp): the forward from the bias over the
+// tap pairs, along each row (kx, kx + 1), then down an odd width's last column (ky, ky + 1),
+// then an odd height's last tap alone; the weight sums per lane over pairs of output rows, the
+// bias's per lane as in fp32; then each sum's 16 lanes in order.
+struct OneChannel {
+  Vec y, dw, db;
+};
+
+OneChannel oneChannelReference(const ConvGeom& g, const Vec& x, const Vec& w, const Vec& b, const Vec& dy) {
+  const int oh = g.oh(), ow = g.ow(), oc = g.oc, kh = g.kh, kw = g.kw, taps = kh * kw, blocks = (ow + 15) / 16;
+  auto X = [&](int n, int iy, int ix) {  // the padded image, zeros past it
+    iy -= g.pad, ix -= g.pad;
+    return iy < 0 || iy >= g.h || ix < 0 || ix >= g.w ? 0.f : x[(static_cast<std::size_t>(n) * g.h + iy) * g.w + ix];
+  };
+  auto W = [&](int o, int ky, int kx) { return ky < kh ? w[static_cast<std::size_t>(o) * taps + ky * kw + kx] : 0.f; };
+  auto D = [&](int n, int oy, int ox, int o) {
+    return oy < oh && ox < ow ? dy[((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * oc + o] : 0.f;
+  };
+  OneChannel r{Vec(yCount(g)), Vec(wCount(g), 0.f), Vec(oc, 0.f)};
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox)
+        for (int o = 0; o < oc; ++o) {
+          float acc = b[o];
+          for (int ky = 0; ky < kh; ++ky)
+            for (int kx = 0; kx + 1 < kw; kx += 2)
+              acc = pairStep(acc, X(n, oy + ky, ox + kx), W(o, ky, kx), X(n, oy + ky, ox + kx + 1), W(o, ky, kx + 1));
+          for (int ky = 0; kw % 2 && ky < kh; ky += 2) {  // the last column's pairs; an odd last tap alone
+            const int kx = kw - 1;
+            const float hi = ky + 1 < kh ? X(n, oy + ky + 1, ox + kx) : 0.f;
+            acc = pairStep(acc, X(n, oy + ky, ox + kx), W(o, ky, kx), hi, W(o, ky + 1, kx));
+          }
+          r.y[((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * oc + o] = acc;
+        }
+  std::vector<float> lanes(static_cast<std::size_t>(oc) * (taps + 1) * 16, 0.f);  // [oc][taps + 1][16]
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < oh; oy += 2)
+      for (int blk = 0; blk < blocks; ++blk)
+        for (int o = 0; o < oc; ++o)
+          for (int l = 0; l < 16; ++l) {
+            const int ox = blk * 16 + l;
+            float* s = &lanes[static_cast<std::size_t>(o) * (taps + 1) * 16 + l];
+            for (int t = 0; t < taps; ++t)
+              s[t * 16] = pairStep(s[t * 16], D(n, oy, ox, o), X(n, oy + t / kw, ox + t % kw), D(n, oy + 1, ox, o),
+                                   X(n, oy + 1 + t / kw, ox + t % kw));
+          }
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < oh; ++oy)
+      for (int blk = 0; blk < blocks; ++blk)
+        for (int o = 0; o < oc; ++o)
+          for (int l = 0; l < 16; ++l) lanes[(static_cast<std::size_t>(o) * (taps + 1) + taps) * 16 + l] += D(n, oy, blk * 16 + l, o);
+  for (int o = 0; o < oc; ++o)
+    for (int t = 0; t <= taps; ++t) {
+      float s = 0.f;
+      for (int l = 0; l < 16; ++l) s += lanes[(static_cast<std::size_t>(o) * (taps + 1) + t) * 16 + l];
+      (t < taps ? r.dw[static_cast<std::size_t>(o) * taps + t] : r.db[o]) = s;
+    }
+  return r;
+}
+
+TEST_F(ConvNarrowBf16, OneChannelPassesMatchTheirPairSumsBitForBit) {
+  // LeNet-5's conv 1; 3 x 3 taps (a last column pair and a last tap alone) into one channel; 15
+  // channels on rows of two blocks; 5 x 5 taps into 13 on three blocks; an odd output height;
+  // 7 x 7 taps (the forward only: the weight sums' pairs take widths 3 and 5).
+  const Case cases[] = {{3, 1, 28, 28, 6, 5, 2}, {2, 1, 12, 9, 1, 3, 0}, {2, 1, 10, 30, 15, 3, 1},
+                        {1, 1, 40, 40, 13, 5, 1}, {2, 1, 9, 20, 5, 5, 2}, {2, 1, 7, 8, 4, 7, 3}};
+  for (const Case& c : cases) {
+    ConvGeom g = geom(c);
+    g.overwriteGrads = true;
+    ASSERT_TRUE(detail::useOneChannelConv(g));
+    const Vec x = test::pattern(xCount(g), 15), w = test::pattern(wCount(g), 16), b = test::pattern(g.oc, 17),
+              dy = test::pattern(yCount(g), 18);
+    OneChannel got{Vec(yCount(g)), Vec(wCount(g)), Vec(g.oc)};
+    detail::conv2dForwardOneChannel(dev_, got.y.data(), x.data(), w.data(), b.data(), g);
+    detail::conv2dBackwardOneChannel(dev_, got.dw.data(), got.db.data(), dy.data(), x.data(), g);
+    const OneChannel want = oneChannelReference(g, rounded(x), rounded(w), b, rounded(dy));
+    const std::string where = "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k);
+    EXPECT_EQ(got.y, want.y) << where;
+    if (c.k == 7) continue;
+    EXPECT_EQ(got.dw, want.dw) << where;
+    EXPECT_EQ(got.db, want.db) << where;
   }
 }
 

@@ -160,30 +160,38 @@ TEST(ConvOneChannel, PlanesAreTheChannelsLastValuesBitForBit) {
 TEST(ConvOneChannel, AFusedPoolGivesTheSeparatePassesBits) {
   // ConvGeom::pool: each image's planes pooled as computed, and each image's pooled gradient
   // spread back just before its weight sums, against conv -> pool and pool backward -> conv
-  // over the whole batch; with and without the ReLU, fp32 and emulated bf16.
-  test::ModeScope mode(Bf16Mode::kEmulated);
+  // over the whole batch; with and without the ReLU, fp32 and both modes of bf16.
   // LeNet-5's and another with at most 6 channels and 5 taps (pooled from the forward's
   // registers), an odd map (the planes buffer), rows of two and of one block (the gradient
-  // straight into the weight sums' layout, avgPoolPlanesToBlocksApply).
+  // straight into the weight sums' layout, avgPoolPlanesToBlocksApply). Native bf16 too: its
+  // pairs on vdpbf16ps where the CPU runs them (conv_one_channel_bf16.cpp).
   const Case cases[] = {{3, 28, 28, 6, 5, 2}, {2, 12, 9, 1, 3, 0}, {2, 10, 30, 15, 3, 1}, {2, 14, 14, 4, 3, 1},
                         {2, 20, 20, 3, 5, 2}};
+  struct Config {
+    Precision prec;
+    Bf16Mode mode;
+  };
   for (const Case& c : cases)
     for (bool relu : {true, false})
-      for (Precision prec : {Precision::kFp32, Precision::kBf16}) {
+      for (const Config& config : {Config{Precision::kFp32, Bf16Mode::kEmulated},
+                                   Config{Precision::kBf16, Bf16Mode::kEmulated},
+                                   Config{Precision::kBf16, Bf16Mode::kNative}}) {
+        const Precision prec = config.prec;
+        test::ModeScope mode(config.mode);
         Device dev(DeviceOptions{.precision = prec});
         ConvGeom g = geom(c);
         g.dstNhwc = false;
         g.planes = true;
         g.overwriteGrads = true;
         PoolGeom pg{g.n, g.oc, g.oh(), g.ow(), 2, 2, 0};
-        pg.dxRounded = emulatesBf16(dev);  // as the convolution would round dy
+        pg.dxRounded = bf16Products(dev);  // as the convolution would round dy
         const std::size_t planes = test::yCount(g), pooled = static_cast<std::size_t>(g.n) * pg.oh() * pg.ow() * g.oc;
         Vec x = test::pattern(test::xCount(g), 31), w = test::pattern(test::wCount(g), 32), b = test::pattern(g.oc, 33),
             dyPool = test::pattern(pooled, 34);
         std::vector<std::uint16_t> maskWant(avgPoolPlanesMasks(pg) + 1, 7), maskGot = maskWant;
         Vec y(planes), dyPlanes(planes), yWant(pooled), yGot(pooled, -1.f);
         Vec dwWant(test::wCount(g)), dwGot(dwWant.size()), dbWant(g.oc), dbGot(g.oc);
-        const AvgPoolFusion f{.relu = relu, .roundY = emulatesBf16(dev)};
+        const AvgPoolFusion f{.relu = relu, .roundY = bf16Products(dev)};
         const PlanesPool pool{pg, f, yGot.data(), relu ? maskGot.data() : nullptr, dyPool.data()};
         ConvGeom fused = g;
         fused.pool = &pool;
@@ -199,7 +207,8 @@ TEST(ConvOneChannel, AFusedPoolGivesTheSeparatePassesBits) {
         conv2dBackward(dev, nullptr, dwWant.data(), dbWant.data(), dyPlanes.data(), x.data(), w.data(), separate);
         conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), fused);
         conv2dBackward(dev, nullptr, dwGot.data(), dbGot.data(), nullptr, x.data(), w.data(), fused);
-        const std::string what = "oc " + std::to_string(c.oc) + (relu ? " relu " : " ") + precisionName(prec);
+        const std::string what = "oc " + std::to_string(c.oc) + (relu ? " relu " : " ") + precisionName(prec) + " " +
+                                 bf16ModeName(config.mode);
         EXPECT_TRUE(test::sameBits(yGot, yWant)) << what;
         if (relu) {
           EXPECT_EQ(maskGot, maskWant) << what;
@@ -236,11 +245,13 @@ TEST(ConvOneChannel, LayersPassPlanesToAPoolThatTakesThem) {
     n.add("relu2", nn::ReLU()).add("pool2", nn::AvgPool2d(2)).add("flatten", nn::Flatten());
     n.add("fc", nn::Linear(0, 10));
   };
-  test::ModeScope mode(Bf16Mode::kEmulated);
-  for (Precision p : {Precision::kFp32, Precision::kBf16})
-    EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 28, 28}, false, lenet),
-                         test::trainedWeights(p, {1, 28, 28}, true, lenet)))
-        << precisionName(p);
+  for (Bf16Mode m : {Bf16Mode::kEmulated, Bf16Mode::kNative}) {
+    test::ModeScope mode(m);
+    for (Precision p : {Precision::kFp32, Precision::kBf16})
+      EXPECT_TRUE(test::sameBits(test::trainedWeights(p, {1, 28, 28}, false, lenet),
+                                 test::trainedWeights(p, {1, 28, 28}, true, lenet)))
+          << precisionName(p) << " " << bf16ModeName(m);
+  }
   Layout seen = Layout::kNchw16c;
   auto probed = [&](nn::Sequential& n, bool) {
     n.add("conv1", nn::Conv2d(1, 6, 5, 1, 2)).add("probe", std::make_unique<PlanesProbe>(&seen));

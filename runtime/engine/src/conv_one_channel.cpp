@@ -28,45 +28,15 @@
 
 #include "xspawn/error.hpp"
 #include "channel_shuffles.hpp"
+#include "conv_one_channel.hpp"
 #include "conv_onednn.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 #include "pool_windows.hpp"
 
 namespace xs::engine::detail {
+using namespace one_channel;
 namespace {
-
-constexpr int kLanes = 16;
-// Scratch slots: the GEMM paths' (conv_gemm_nhwc.cpp and gemm()'s rounded copies), which do
-// not run at the same time.
-constexpr int kWeightSlot = 1, kDySlot = 2, kImageSlot = 3, kRoundedDySlot = 5, kSumSlot = 6, kPaddedSlot = 7;
-
-// The geometry: xp [h + 2 pad][xpRow], rows of w + 2 pad pixels and then zeros, so that a vector
-// read from any block's tap stays in its row; blocks of 16 pixels per output row.
-struct Rows {
-  int oc, oh, ow, kh, kw, blocks, xpRow, xpRows;
-  bool planes;  // y and dy NCHW, not channels last
-  explicit Rows(const ConvGeom& g)
-      : oc(g.oc), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), blocks((ow + kLanes - 1) / kLanes),
-        xpRow(g.w + 2 * g.pad + 2 * kLanes), xpRows(g.h + 2 * g.pad), planes(!g.dstNhwc) {}
-  int taps() const { return kh * kw; }
-  const float* xp(const float* base, int row, int blk, int kx) const {
-    return base + static_cast<std::size_t>(row) * xpRow + blk * kLanes + kx;
-  }
-  // dyT's vector of (oy, blk, o).
-  std::size_t dyT(int oy, int blk, int o) const {
-    return ((static_cast<std::size_t>(oy) * blocks + blk) * oc + o) * kLanes;
-  }
-  // Values of block blk's row [16 pixels, oc].
-  int valid(int blk) const { return std::min(kLanes, ow - blk * kLanes) * oc; }
-  // Pixels of block blk: its lanes in a plane's row.
-  int pixels(int blk) const { return std::min(kLanes, ow - blk * kLanes); }
-  // y's or dy's value (oy, ox, o) in one image, in their layout.
-  std::size_t at(int oy, int ox, int o) const {
-    return planes ? (static_cast<std::size_t>(o) * oh + oy) * ow + ox
-                  : (static_cast<std::size_t>(oy) * ow + ox) * oc + o;
-  }
-};
 
 // Image x [h, w] -> xp: the image's pixels into the rows, whose zeros (fillPadding, once a
 // call) the images share.
@@ -152,23 +122,7 @@ __attribute__((target("avx512f"))) void forwardTile(float* y, const float* xp, c
   for (int i = 0; i < R; ++i) rows[i] = r.xp(xp, std::min(oy0 + i, r.oh - 1), 0, 0);
   __m512 acc[R][1][OC];  // one block
   tapSums<OC, R, 1, KW>(acc, rows, w, b, r, blk);
-  if constexpr (kPlanes) {
-    const __mmask16 m = firstLanes(r.pixels(blk));
-    const std::size_t plane = static_cast<std::size_t>(r.oh) * r.ow;
-    for (int i = 0; i < R && oy0 + i < r.oh; ++i) {
-      float* to = y + static_cast<std::size_t>(oy0 + i) * r.ow + blk * kLanes;
-#pragma GCC unroll 16
-      for (int o = 0; o < OC; ++o) _mm512_mask_storeu_ps(to + o * plane, m, acc[i][0][o]);
-    }
-    return;
-  }
-  const int valid = r.valid(blk);
-  for (int i = 0; i < R && oy0 + i < r.oh; ++i) {
-    float* to = y + (static_cast<std::size_t>(oy0 + i) * r.ow + blk * kLanes) * OC;
-    for (int v = 0; v < OC && v * kLanes < valid; ++v)
-      _mm512_mask_storeu_ps(to + v * kLanes, firstLanes(valid - v * kLanes),
-                            gatherPairs(acc[i][0], OC, sh.toRow[v], sh.toRowPair[v]));
-  }
+  storeTile<OC, R, kPlanes>(y, acc, r, sh, oy0, blk);
 }
 
 // Rows of R at a time: R * OC accumulators, at most 24, and R loads of x a tap.
@@ -201,23 +155,7 @@ __attribute__((target("avx512f"))) void pooledTile(const PlanesPool& pool, int n
   const float* rows[2] = {r.xp(xp, oy0, 0, 0), r.xp(xp, oy0 + 1, 0, 0)};
   __m512 acc[2][2][OC];
   tapSums<OC, 2, 2, 5>(acc, rows, w, b, r, 0);
-  const int wins = pool.g.ow();
-  const __mmask16 m0 = firstLanes(2 * wins), m1 = firstLanes(2 * wins - kLanes);
-  const PoolLanes& ln = poolLanes();
-  const __m512i left = _mm512_load_si512(ln.left), right = _mm512_load_si512(ln.right);
-  // The masks' words [n][c][h][2] (one block of windows a row), as the pool lays them out.
-  std::uint16_t* bits = kRelu ? pool.mask + (static_cast<std::size_t>(n) * OC * r.oh + oy0) * 2 : nullptr;
-  __m512 win[OC];
-#pragma GCC unroll 16
-  for (int o = 0; o < OC; ++o) {
-    win[o] = _mm512_setzero_ps();
-#pragma GCC unroll 2
-    for (int i = 0; i < 2; ++i)
-      win[o] = addWindowRow<kRelu>(win[o], _mm512_maskz_mov_ps(m0, acc[i][0][o]), _mm512_maskz_mov_ps(m1, acc[i][1][o]),
-                                   kRelu ? bits + (static_cast<std::size_t>(o) * r.oh + i) * 2 : nullptr, left, right);
-  }
-  float* out = pool.y + (static_cast<std::size_t>(n) * pool.g.oh() + oy0 / 2) * wins * OC;
-  storeWindows<OC, kRound>(out, win, wins * OC, sh);
+  poolTile<OC, kRelu, kRound>(pool, n, acc, r, sh, oy0);
 }
 
 using PooledTile = void (*)(const PlanesPool&, int, const float*, const float*, const float*, const Rows&,
@@ -231,9 +169,7 @@ PooledTile pooledTileKernel(int oc, std::index_sequence<I...>) {
 
 // The pooled tile's kernel for g, or null where it does not apply.
 PooledTile pooledKernel(const ConvGeom& g, const Rows& r) {
-  if (!g.pool || !cpuHasAvx512() || oneChannelPortableSlot() || avgPoolPlanesPortableSlot()) return nullptr;
-  const PoolGeom& p = g.pool->g;
-  if (r.oc > 6 || r.kw != 5 || r.blocks != 2 || p.h != 2 * p.oh() || p.w != 2 * p.ow()) return nullptr;
+  if (!pooledTilesApply(g, r)) return nullptr;
   PooledTile k = nullptr;
   withFlags(g.pool->f.relu, g.pool->f.roundY,
             [&](auto relu, auto round) { k = pooledTileKernel<relu, round>(r.oc, std::make_index_sequence<6>()); });
@@ -364,32 +300,24 @@ void weightGroup(float* s, float* dyT, const float* planes, float* bsum, const f
 
 template <int KW>
 void weightSumsAvx512(float* s, float* dyT, const float* planes, float* bsum, const float* xp, const Rows& r) {
-  constexpr int kMaxGroup = 6;
-  const int groups = (r.oc + kMaxGroup - 1) / kMaxGroup;
-  for (int ky = 0; ky < r.kh; ++ky)
-    for (int gi = 0, o = 0; gi < groups; ++gi) {  // groups of even size
-      const int size = (r.oc - o) / (groups - gi);
-      switch (size) {
-        case 1: weightGroup<KW, 1>(s, dyT, planes, bsum, xp, r, ky, o); break;
-        case 2: weightGroup<KW, 2>(s, dyT, planes, bsum, xp, r, ky, o); break;
-        case 3: weightGroup<KW, 3>(s, dyT, planes, bsum, xp, r, ky, o); break;
-        case 4: weightGroup<KW, 4>(s, dyT, planes, bsum, xp, r, ky, o); break;
-        case 5: weightGroup<KW, 5>(s, dyT, planes, bsum, xp, r, ky, o); break;
-        default: weightGroup<KW, 6>(s, dyT, planes, bsum, xp, r, ky, o); break;
-      }
-      o += size;
-    }
+  eachGroup(r, [&](int ky, int o, auto G) { weightGroup<KW, G>(s, dyT, planes, bsum, xp, r, ky, o); });
 }
 
-bool vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }
+}  // namespace
 
-void padImage(float* xp, const float* x, const ConvGeom& g, const Rows& r, bool round) {
+bool one_channel::vectorKernels() { return cpuHasAvx512() && !oneChannelPortableSlot(); }
+
+void one_channel::padImage(float* xp, const float* x, const ConvGeom& g, const Rows& r, bool round) {
   if (vectorKernels() && round) padImageAvx512<true>(xp, x, g, r);
   else if (vectorKernels()) padImageAvx512<false>(xp, x, g, r);
   else padImagePortable(xp, x, g, r, round);
 }
 
-}  // namespace
+bool one_channel::pooledTilesApply(const ConvGeom& g, const Rows& r) {
+  if (!g.pool || !cpuHasAvx512() || oneChannelPortableSlot() || avgPoolPlanesPortableSlot()) return false;
+  const PoolGeom& p = g.pool->g;
+  return r.oc <= 6 && r.kw == 5 && r.blocks == 2 && p.h == 2 * p.oh() && p.w == 2 * p.ow();
+}
 
 bool& oneChannelPortableSlot() {
   static bool portable = false;
@@ -404,11 +332,12 @@ bool useOneChannelConv(const ConvGeom& g) {
 void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
                              const ConvGeom& g) {
   const Rows r(g);
+  float* xp = dev.scratch(kPaddedSlot, r.xpCount());
+  fillPadding(xp, r);
+  if (narrowBf16(dev) && vectorKernels()) return forwardPairs(dev, y, x, w, b, g, r, xp);
   const bool roundX = bf16Products(dev) && !g.xRounded;  // in padImage's copy
   if (bf16Products(dev) && !g.wRounded)
     w = roundedScratch(dev, kWeightSlot, w, static_cast<std::size_t>(g.oc) * r.taps());
-  float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
-  fillPadding(xp, r);
   const Shuffles& sh = shufflesFor(g.oc);
   const Forward kernel =
       vectorKernels() ? forwardKernel(g.oc, r.planes, r.kw, std::make_index_sequence<kLanes - 1>()) : nullptr;
@@ -440,7 +369,7 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   float* bsum = s + static_cast<std::size_t>(r.oc) * r.taps() * kLanes;
   std::fill(s, s + sumCount, 0.f);
   float* dyT = dev.scratch(kDySlot, r.dyT(r.oh, 0, 0));
-  float* xp = dev.scratch(kPaddedSlot, static_cast<std::size_t>(r.xpRows) * r.xpRow);
+  float* xp = dev.scratch(kPaddedSlot, r.xpCount());
   fillPadding(xp, r);
   const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   const bool roundX = bf16Products(dev) && !g.xRounded;  // in padImage's copy
@@ -457,14 +386,19 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
       vectorKernels() && !r.planes ? deinterleaveKernel(g.oc, std::make_index_sequence<kLanes - 1>()) : nullptr;
   const bool toBlocks = g.pool && fill && avgPoolPlanesToBlocksApply(*g.pool);
   float* planes = g.pool && !toBlocks ? dev.scratch(kImageSlot, image) : nullptr;
+  // Native bf16 on vdpbf16ps: the sums over pairs of dyT's rows, dyT whole before them.
+  const bool pairs = weightPairsApply(dev, r);
+  const PairScratch words = pairs ? weightPairScratch(dev, g, r) : PairScratch{};
   for (int n = 0; n < g.n; ++n) {
     if (toBlocks) avgPoolPlanesBackwardToBlocks(dyT, bsum, *g.pool, n);
     else if (planes) avgPoolPlanesBackwardImage(planes, *g.pool, n);
     const float* dyn = planes ? planes : toBlocks ? nullptr : dy + n * image;
     if (deinterleave) deinterleave(dyT, bsum, dyn, r, sh);
     else if (!fill) deinterleavePortable(dyT, bsum, dyn, r);
+    else if (pairs && dyn) planesToBlocks(dyT, bsum, dyn, r);  // what the fp32 sums' first pass fills
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
-    if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
+    if (pairs) weightSumsPairs(s, dyT, xp, r, words);
+    else if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
     else if (vecSums) weightSumsAvx512<5>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
     else weightSumsPortable(s, dyT, xp, r);
   }
