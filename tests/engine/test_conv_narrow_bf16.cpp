@@ -32,7 +32,9 @@ Vec rounded(Vec v) {
 }
 
 // One pair of vdpbf16ps: acc + hi's product, then + lo's.
-float pairStep(float acc, float lo, float wLo, float hi, float wHi) { return std::fma(lo, wLo, std::fma(hi, wHi, acc)); }
+float pairStep(float acc, float lo, float wLo, float hi, float wHi) {
+  return std::fma(lo, wLo, std::fma(hi, wHi, acc));
+}
 
 // Readers of the rounded operands, zeros outside them.
 struct Operands {
@@ -117,7 +119,8 @@ Grads weightReference(const Operands& a, const Grads& start) {
 // Shapes: LeNet-5's conv 2 (6 channels into 16, 5 x 5); 2 channels 3 x 3 into 8 with padding
 // 1 (odd output rows and columns); 4 channels into 12 on rows of 29 pixels (blocks of 9 and 10);
 // 6 into 16, 3 x 3, padding 2, two blocks of 11.
-const Case kCases[] = {{3, 6, 14, 14, 16, 5, 0}, {2, 2, 9, 11, 8, 3, 1}, {1, 4, 6, 33, 12, 5, 0}, {2, 6, 7, 18, 16, 3, 2}};
+const Case kCases[] = {{3, 6, 14, 14, 16, 5, 0}, {2, 2, 9, 11, 8, 3, 1}, {1, 4, 6, 33, 12, 5, 0},
+                       {2, 6, 7, 18, 16, 3, 2}};
 
 class ConvNarrowBf16 : public ::testing::Test {
  protected:
@@ -128,35 +131,42 @@ class ConvNarrowBf16 : public ::testing::Test {
   Device dev_{golden::bf16Options()};
 };
 
+// Flagged: the operands rounded already and told so (g.xRounded, wRounded, dyRounded), as a
+// rounding producer and the mirror hand them over: the same bits.
 TEST_F(ConvNarrowBf16, PassesMatchTheirPairSumsBitForBit) {
   ASSERT_TRUE(detail::narrowBf16(dev_));
-  for (const Case& c : kCases) {
-    const ConvGeom g = geom(c);
-    ASSERT_TRUE(detail::useNarrowForward(g) && detail::useNarrowDataGradient(g) && detail::useNarrowWeightGradient(g));
-    const Vec x = test::pattern(xCount(g), 1), w = test::pattern(wCount(g), 2), b = test::pattern(g.oc, 3),
-              dy = test::pattern(yCount(g), 4);
-    const Vec rx = rounded(x), rw = rounded(w), rdy = rounded(dy);
-    const Operands a{g, rx, rw, rdy};
-    const std::string where = "c " + std::to_string(c.c) + " oc " + std::to_string(c.oc) + " k " + std::to_string(c.k);
-    for (bool bias : {true, false}) {
-      Vec y(yCount(g), 7.f);
-      detail::conv2dForwardNarrow(dev_, y.data(), x.data(), w.data(), bias ? b.data() : nullptr, g);
-      EXPECT_EQ(y, forwardReference(a, bias ? b.data() : nullptr)) << where << (bias ? " bias" : "");
+  for (const Case& c : kCases)
+    for (bool flagged : {false, true}) {
+      ConvGeom g = geom(c);
+      ASSERT_TRUE(detail::useNarrowForward(g) && detail::useNarrowDataGradient(g) &&
+                  detail::useNarrowWeightGradient(g));
+      const Vec rx = rounded(test::pattern(xCount(g), 1)), rw = rounded(test::pattern(wCount(g), 2)),
+                rdy = rounded(test::pattern(yCount(g), 4)), b = test::pattern(g.oc, 3);
+      g.xRounded = g.wRounded = g.dyRounded = flagged;
+      const Vec x = flagged ? rx : test::pattern(xCount(g), 1), w = flagged ? rw : test::pattern(wCount(g), 2),
+                dy = flagged ? rdy : test::pattern(yCount(g), 4);
+      const Operands a{g, rx, rw, rdy};
+      const std::string where = "c " + std::to_string(c.c) + " oc " + std::to_string(c.oc) + " k " +
+                                std::to_string(c.k) + (flagged ? " flagged" : "");
+      for (bool bias : {true, false}) {
+        Vec y(yCount(g), 7.f);
+        detail::conv2dForwardNarrow(dev_, y.data(), x.data(), w.data(), bias ? b.data() : nullptr, g);
+        EXPECT_EQ(y, forwardReference(a, bias ? b.data() : nullptr)) << where << (bias ? " bias" : "");
+      }
+      Vec dx(xCount(g), 7.f);
+      detail::conv2dDataGradientNarrow(dev_, dx.data(), dy.data(), w.data(), g);
+      EXPECT_EQ(dx, dataReference(a)) << where;
+      for (bool overwrite : {false, true}) {
+        const Grads start{test::pattern(wCount(g), 5), test::pattern(g.oc, 6)};
+        Grads got = start;
+        ConvGeom gw = g;
+        gw.overwriteGrads = overwrite;
+        detail::conv2dWeightGradientNarrow(dev_, got.dw.data(), got.db.data(), dy.data(), x.data(), gw);
+        const Grads want = weightReference(a, overwrite ? Grads{Vec(wCount(g), 0.f), Vec(g.oc, 0.f)} : start);
+        EXPECT_EQ(got.dw, want.dw) << where << (overwrite ? " overwrite" : "");
+        EXPECT_EQ(got.db, want.db) << where << (overwrite ? " overwrite" : "");
+      }
     }
-    Vec dx(xCount(g), 7.f);
-    detail::conv2dDataGradientNarrow(dev_, dx.data(), dy.data(), w.data(), g);
-    EXPECT_EQ(dx, dataReference(a)) << where;
-    for (bool overwrite : {false, true}) {
-      const Grads start{test::pattern(wCount(g), 5), test::pattern(g.oc, 6)};
-      Grads got = start;
-      ConvGeom gw = g;
-      gw.overwriteGrads = overwrite;
-      detail::conv2dWeightGradientNarrow(dev_, got.dw.data(), got.db.data(), dy.data(), x.data(), gw);
-      const Grads want = weightReference(a, overwrite ? Grads{Vec(wCount(g), 0.f), Vec(g.oc, 0.f)} : start);
-      EXPECT_EQ(got.dw, want.dw) << where << (overwrite ? " overwrite" : "");
-      EXPECT_EQ(got.db, want.db) << where << (overwrite ? " overwrite" : "");
-    }
-  }
 }
 
 // Odd input channels (the forward's pairs) and odd output channels (the input gradient's) run the
@@ -255,7 +265,8 @@ OneChannel oneChannelReference(const ConvGeom& g, const Vec& x, const Vec& w, co
     for (int oy = 0; oy < oh; ++oy)
       for (int blk = 0; blk < blocks; ++blk)
         for (int o = 0; o < oc; ++o)
-          for (int l = 0; l < 16; ++l) lanes[(static_cast<std::size_t>(o) * (taps + 1) + taps) * 16 + l] += D(n, oy, blk * 16 + l, o);
+          for (int l = 0; l < 16; ++l)
+            lanes[(static_cast<std::size_t>(o) * (taps + 1) + taps) * 16 + l] += D(n, oy, blk * 16 + l, o);
   for (int o = 0; o < oc; ++o)
     for (int t = 0; t <= taps; ++t) {
       float s = 0.f;
@@ -271,22 +282,27 @@ TEST_F(ConvNarrowBf16, OneChannelPassesMatchTheirPairSumsBitForBit) {
   // 7 x 7 taps (the forward only: the weight sums' pairs take widths 3 and 5).
   const Case cases[] = {{3, 1, 28, 28, 6, 5, 2}, {2, 1, 12, 9, 1, 3, 0}, {2, 1, 10, 30, 15, 3, 1},
                         {1, 1, 40, 40, 13, 5, 1}, {2, 1, 9, 20, 5, 5, 2}, {2, 1, 7, 8, 4, 7, 3}};
-  for (const Case& c : cases) {
-    ConvGeom g = geom(c);
-    g.overwriteGrads = true;
-    ASSERT_TRUE(detail::useOneChannelConv(g));
-    const Vec x = test::pattern(xCount(g), 15), w = test::pattern(wCount(g), 16), b = test::pattern(g.oc, 17),
-              dy = test::pattern(yCount(g), 18);
-    OneChannel got{Vec(yCount(g)), Vec(wCount(g)), Vec(g.oc)};
-    detail::conv2dForwardOneChannel(dev_, got.y.data(), x.data(), w.data(), b.data(), g);
-    detail::conv2dBackwardOneChannel(dev_, got.dw.data(), got.db.data(), dy.data(), x.data(), g);
-    const OneChannel want = oneChannelReference(g, rounded(x), rounded(w), b, rounded(dy));
-    const std::string where = "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k);
-    EXPECT_EQ(got.y, want.y) << where;
-    if (c.k == 7) continue;
-    EXPECT_EQ(got.dw, want.dw) << where;
-    EXPECT_EQ(got.db, want.db) << where;
-  }
+  for (const Case& c : cases)
+    for (bool flagged : {false, true}) {  // as in PassesMatchTheirPairSumsBitForBit
+      ConvGeom g = geom(c);
+      g.overwriteGrads = true;
+      ASSERT_TRUE(detail::useOneChannelConv(g));
+      const Vec rx = rounded(test::pattern(xCount(g), 15)), rw = rounded(test::pattern(wCount(g), 16)),
+                rdy = rounded(test::pattern(yCount(g), 18)), b = test::pattern(g.oc, 17);
+      g.xRounded = g.wRounded = g.dyRounded = flagged;
+      const Vec x = flagged ? rx : test::pattern(xCount(g), 15), w = flagged ? rw : test::pattern(wCount(g), 16),
+                dy = flagged ? rdy : test::pattern(yCount(g), 18);
+      OneChannel got{Vec(yCount(g)), Vec(wCount(g)), Vec(g.oc)};
+      detail::conv2dForwardOneChannel(dev_, got.y.data(), x.data(), w.data(), b.data(), g);
+      detail::conv2dBackwardOneChannel(dev_, got.dw.data(), got.db.data(), dy.data(), x.data(), g);
+      const OneChannel want = oneChannelReference(g, rx, rw, b, rdy);
+      const std::string where =
+          "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k) + (flagged ? " flagged" : "");
+      EXPECT_EQ(got.y, want.y) << where;
+      if (c.k == 7) continue;
+      EXPECT_EQ(got.dw, want.dw) << where;
+      EXPECT_EQ(got.db, want.db) << where;
+    }
 }
 
 }  // namespace

@@ -255,7 +255,8 @@ void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const flo
   if (pairs) {
     tapPairs(wp, w, g, r);
     dyWords = reinterpret_cast<std::uint32_t*>(dev.scratch(kDyBitsSlot, dyCount / 2));
-    toBf16Bits(dy, reinterpret_cast<std::uint16_t*>(dyWords), dyCount);
+    if (g.dyRounded) bf16BitsOfRounded(dy, reinterpret_cast<std::uint16_t*>(dyWords), dyCount);
+    else toBf16Bits(dy, reinterpret_cast<std::uint16_t*>(dyWords), dyCount);
   } else {
     const bool emulated = bf16Products(dev);
     tapRows(wr, w, g, r, emulated && !g.wRounded);

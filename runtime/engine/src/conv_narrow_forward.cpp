@@ -198,9 +198,11 @@ class PaddedBits {
   const std::uint32_t* image(const float* x, int n) const {
     const std::size_t width = static_cast<std::size_t>(g_.w) * g_.c;
     const float* xn = x + static_cast<std::size_t>(n) * g_.h * width;
-    if (!g_.pad) toBf16Bits(xn, xp_, g_.h * width);
+    using Bits = void (*)(const float*, std::uint16_t*, std::size_t);
+    const Bits bits = g_.xRounded ? Bits{&bf16BitsOfRounded} : Bits{&toBf16Bits};  // rounded already, or not
+    if (!g_.pad) bits(xn, xp_, g_.h * width);
     for (int iy = 0; iy < g_.h && g_.pad; ++iy)
-      toBf16Bits(xn + iy * width, xp_ + (iy + g_.pad) * row_ + static_cast<std::size_t>(g_.pad) * g_.c, width);
+      bits(xn + iy * width, xp_ + (iy + g_.pad) * row_ + static_cast<std::size_t>(g_.pad) * g_.c, width);
     return reinterpret_cast<const std::uint32_t*>(xp_);
   }
 

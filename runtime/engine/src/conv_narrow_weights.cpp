@@ -128,7 +128,9 @@ void imageSums(Device& dev, float* s, bool bias, const float* dy, const float* x
 
 // Native bf16: the image's dy [oh][ow][oc] -> dq [(oh + 1) / 2][ow][16] words (dy[2 rq][ox][o],
 // dy[2 rq + 1][ox][o]), zeros past oc and oh; with bias, the bias's sums (16 lanes) += each
-// word's pair of values, in that order.
+// word's pair of values, in that order. kRounded: dy holds bf16 values (g.dyRounded), and
+// likewise x below.
+template <bool kRounded>
 XS_DPBF16 void dyRowPairs(std::uint32_t* dq, float* bias, const float* dy, const Runs& r) {
   const __mmask16 lanes = firstLanes(r.oc);
   const __m512i ones = _mm512_set1_epi32(0x3f803f80);  // bf16 1.0 in both halves
@@ -138,7 +140,7 @@ XS_DPBF16 void dyRowPairs(std::uint32_t* dq, float* bias, const float* dy, const
     for (int ox = 0; ox < r.ow; ++ox, dq += kLanes) {
       const float* d = dy + oy * row + static_cast<std::size_t>(ox) * r.oc;
       const __m512 hi = oy + 1 < r.oh ? _mm512_maskz_loadu_ps(lanes, d + row) : _mm512_setzero_ps();
-      const __m512i words = pairWords(_mm512_maskz_loadu_ps(lanes, d), hi);
+      const __m512i words = pairWordsOf<kRounded>(_mm512_maskz_loadu_ps(lanes, d), hi);
       _mm512_store_si512(dq, words);
       if (bias) sums = _mm512_dpbf16_ps(sums, (__m512bh)words, (__m512bh)ones);
     }
@@ -147,6 +149,7 @@ XS_DPBF16 void dyRowPairs(std::uint32_t* dq, float* bias, const float* dy, const
 
 // Native bf16: the image's x [h][w][c] -> xq [h + 2 pad][xpRow] words (xp[r][j], xp[r + 1][j])
 // of the padded image xp (zeros past its last row), the borders' zeros written by the caller.
+template <bool kRounded>
 XS_DPBF16 void xRowPairs(std::uint32_t* xq, const float* x, const ConvGeom& g, const Runs& r) {
   const int width = g.w * g.c, rows = g.h + 2 * g.pad;
   auto rowAt = [&](int iy) { return iy >= 0 && iy < g.h ? x + static_cast<std::size_t>(iy) * width : nullptr; };
@@ -158,7 +161,7 @@ XS_DPBF16 void xRowPairs(std::uint32_t* xq, const float* x, const ConvGeom& g, c
       const __mmask16 m = firstLanes(width - j);
       const __m512 a = lo ? _mm512_maskz_loadu_ps(m, lo + j) : _mm512_setzero_ps();
       const __m512 b = hi ? _mm512_maskz_loadu_ps(m, hi + j) : _mm512_setzero_ps();
-      _mm512_mask_storeu_epi32(to + j, m, pairWords(a, b));
+      _mm512_mask_storeu_epi32(to + j, m, pairWordsOf<kRounded>(a, b));
     }
   }
 }
@@ -202,8 +205,11 @@ void pairSums(Device& dev, float* s, bool bias, const float* dy, const float* x,
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
   const std::size_t dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   for (int n = 0; n < g.n; ++n) {
-    dyRowPairs(dq, bias ? r.sums(s, r.kh, 0) : nullptr, dy + n * dyImage, r);
-    xRowPairs(xq, x + n * image, g, r);
+    float* biasSums = bias ? r.sums(s, r.kh, 0) : nullptr;
+    if (g.dyRounded) dyRowPairs<true>(dq, biasSums, dy + n * dyImage, r);
+    else dyRowPairs<false>(dq, biasSums, dy + n * dyImage, r);
+    if (g.xRounded) xRowPairs<true>(xq, x + n * image, g, r);
+    else xRowPairs<false>(xq, x + n * image, g, r);
     eachPass(r, [&](int ky, int j, int count, bool) {
       pairPassKernel(count, std::make_index_sequence<kMaxSums>())(s, dq, xq, r, ky, j);
     });

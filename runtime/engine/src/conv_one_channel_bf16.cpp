@@ -27,9 +27,9 @@ namespace xs::engine::detail::one_channel {
 namespace {
 
 // xp's words in one of three layouts: H (xp[i], xp[i + 1]), V (xp[i], xp[i + xpRow]; zeros
-// past xp's last row) or S (xp[i], 0), i a value's place in xp. Only the image's padded width
-// (in whole vectors) is written: past it xp is zeros, and so are the words the caller filled
-// once.
+// past xp's last row) or S (xp[i], 0), i a value's place in xp, which holds bf16 values
+// (padImage rounds them). Only the image's padded width (in whole vectors) is written: past it
+// xp is zeros, and so are the words the caller filled once.
 enum Layout { kH, kV, kS };
 
 XS_DPBF16 void layOut(std::uint32_t* words, const float* xp, const Rows& r, int width, Layout layout) {
@@ -39,7 +39,7 @@ XS_DPBF16 void layOut(std::uint32_t* words, const float* xp, const Rows& r, int 
       const std::size_t i = static_cast<std::size_t>(row) * r.xpRow + c;
       const bool zeros = layout == kS || (layout == kV && row + 1 == r.xpRows);
       const __m512 hi = zeros ? _mm512_setzero_ps() : _mm512_loadu_ps(xp + i + apart);
-      _mm512_storeu_si512(words + i, pairWords(_mm512_loadu_ps(xp + i), hi));
+      _mm512_storeu_si512(words + i, pairWordsOf<true>(_mm512_loadu_ps(xp + i), hi));
     }
 }
 
@@ -185,7 +185,8 @@ XS_DPBF16 void pairCols(float* s, const std::uint32_t* dq, const std::uint32_t* 
       }
 #pragma GCC unroll 16
       for (int k = 0; k < KN; ++k) {
-        const __m512i x = _mm512_loadu_si512(xv + static_cast<std::size_t>(2 * q + ky) * r.xpRow + blk * kLanes + K0 + k);
+        const __m512i x =
+            _mm512_loadu_si512(xv + static_cast<std::size_t>(2 * q + ky) * r.xpRow + blk * kLanes + K0 + k);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g) acc[g][k] = _mm512_dpbf16_ps(acc[g][k], (__m512bh)d[g], (__m512bh)x);
       }
@@ -196,13 +197,14 @@ XS_DPBF16 void pairCols(float* s, const std::uint32_t* dq, const std::uint32_t* 
     for (int k = 0; k < KN; ++k) _mm512_store_ps(at(g, k), acc[g][k]);
 }
 
-// dyT [oh][blocks][oc][16] -> dq: (dyT row 2 q, row 2 q + 1) words, zeros past oh.
+// dyT [oh][blocks][oc][16] -> dq: (dyT row 2 q, row 2 q + 1) words, zeros past oh. dyT holds
+// bf16 values: the backward rounds dy, or the pool before it rounds its gradient.
 XS_DPBF16 void dyPairs(std::uint32_t* dq, const float* dyT, const Rows& r) {
   for (int oy = 0; oy < r.oh; oy += 2)
     for (int blk = 0; blk < r.blocks; ++blk)
       for (int o = 0; o < r.oc; ++o, dq += kLanes) {
         const __m512 hi = oy + 1 < r.oh ? _mm512_load_ps(dyT + r.dyT(oy + 1, blk, o)) : _mm512_setzero_ps();
-        _mm512_store_si512(dq, pairWords(_mm512_load_ps(dyT + r.dyT(oy, blk, o)), hi));
+        _mm512_store_si512(dq, pairWordsOf<true>(_mm512_load_ps(dyT + r.dyT(oy, blk, o)), hi));
       }
 }
 
@@ -231,7 +233,7 @@ void forwardPairs(Device& dev, float* y, const float* x, const float* w, const f
   const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   float* planes = g.pool && !pooled ? dev.scratch(kImageSlot, image) : nullptr;
   for (int n = 0; n < g.n; ++n) {
-    padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, false);  // layOut rounds
+    padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, !g.xRounded);
     layOut(words, xp, r, width, kH);
     if (steps.vertical) layOut(words + r.xpCount(), xp, r, width, kV);
     if (steps.single) layOut(words + 2 * r.xpCount(), xp, r, width, kS);

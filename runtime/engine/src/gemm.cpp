@@ -157,6 +157,10 @@ void toBf16Bits(const float* src, std::uint16_t* dst, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] = toBf16Bits(src[i]);
 }
 
+void bf16BitsOfRounded(const float* src, std::uint16_t* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(src[i]) >> 16);
+}
+
 const float* roundedCopy(Device& dev, Tensor& t, const float* src, std::size_t n) {
   t.ensure(dev, Shape{static_cast<int>(n)}, "bf16-rounded operand");
   roundToBf16(src, t.data(), n);

@@ -44,6 +44,8 @@ inline float roundToBf16(float x) { return std::bit_cast<float>(bf16RoundedBits(
 inline std::uint16_t toBf16Bits(float x) { return static_cast<std::uint16_t>(bf16RoundedBits(x) >> 16); }
 // The same rule over an array (vectorised): the bits of roundToBf16's values, denormals kept.
 void toBf16Bits(const float* src, std::uint16_t* dst, std::size_t n);
+// The bits of values that are bf16 already (a rounding producer's: their low halves zero).
+void bf16BitsOfRounded(const float* src, std::uint16_t* dst, std::size_t n);
 // The float a bfloat16's bits stand for (exact).
 inline float bf16BitsToFloat(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
 void roundToBf16(const float* src, float* dst, std::size_t n);

@@ -37,6 +37,14 @@ __attribute__((target("avx512f"))) inline __m512i pairWords(__m512 lo, __m512 hi
                          _mm512_castps_si512(roundBf16(hi)));
 }
 
+// The same of values that are bf16 already (their low halves zero, as a rounding producer
+// leaves them): no rounding to do.
+template <bool kRounded>
+__attribute__((target("avx512f"))) inline __m512i pairWordsOf(__m512 lo, __m512 hi) {
+  if constexpr (!kRounded) return pairWords(lo, hi);
+  return _mm512_or_si512(_mm512_maskz_srli_epi32(kAllLanes, _mm512_castps_si512(lo), 16), _mm512_castps_si512(hi));
+}
+
 // run(relu, round) with each flag as a compile-time constant (std::bool_constant), so that a
 // kernel instantiation for the four combinations is picked once a call.
 template <class Run>
