@@ -376,9 +376,14 @@ TEST(Bf16Modes, NarrowConvolutionsRoundTheirOperandsInBothModes) {
     const auto emulated = passes(Bf16Mode::kEmulated, false), native = passes(Bf16Mode::kNative, false);
     EXPECT_EQ(passes(Bf16Mode::kEmulated, true), emulated) << k.c << " -> " << k.oc << ", flagged";
     EXPECT_EQ(passes(Bf16Mode::kNative, true), native) << k.c << " -> " << k.oc << ", flagged";
-    if (dpbf16Kernels()) {
+    if (dpbf16Kernels()) {  // the pairs, taken through conv2dForward and conv2dBackward: other bits
       const char* names[] = {"y", "dx", "dw", "db"};
       for (int i = 0; i < 4; ++i) expectClose(names[i], native[i].data(), emulated[i], 1e-5, 1e-5);
+      EXPECT_NE(native[0], emulated[0]) << k.c << " -> " << k.oc << ": y";
+      EXPECT_NE(native[2], emulated[2]) << k.c << " -> " << k.oc << ": dw";
+      if (k.c > 1) {
+        EXPECT_NE(native[1], emulated[1]) << k.c << " -> " << k.oc << ": dx";
+      }
     } else {
       EXPECT_EQ(native, emulated) << k.c << " -> " << k.oc;
     }

@@ -89,7 +89,7 @@ struct Grads {
 };
 
 // The weight and bias gradients: from zero over images, pairs of output rows (oy, oy + 1) and
-// pixels, then added to start.
+// pixels, then added to start. An odd last row pairs with zeros, x's too.
 Grads weightReference(const Operands& a, const Grads& start) {
   const ConvGeom& g = a.g;
   Grads r = start;
@@ -102,8 +102,8 @@ Grads weightReference(const Operands& a, const Grads& start) {
             for (int oy = 0; oy < g.oh(); oy += 2)
               for (int ox = 0; ox < g.ow(); ++ox) {
                 const int ix = ox + kx - g.pad;
-                s = pairStep(s, a.D(n, oy, ox, o), a.X(n, oy + ky - g.pad, ix, ci), a.D(n, oy + 1, ox, o),
-                             a.X(n, oy + 1 + ky - g.pad, ix, ci));
+                const float xHi = oy + 1 < g.oh() ? a.X(n, oy + 1 + ky - g.pad, ix, ci) : 0.f;
+                s = pairStep(s, a.D(n, oy, ox, o), a.X(n, oy + ky - g.pad, ix, ci), a.D(n, oy + 1, ox, o), xHi);
               }
           r.dw[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx] += s;
         }
@@ -156,16 +156,19 @@ TEST_F(ConvNarrowBf16, PassesMatchTheirPairSumsBitForBit) {
       Vec dx(xCount(g), 7.f);
       detail::conv2dDataGradientNarrow(dev_, dx.data(), dy.data(), w.data(), g);
       EXPECT_EQ(dx, dataReference(a)) << where;
-      for (bool overwrite : {false, true}) {
-        const Grads start{test::pattern(wCount(g), 5), test::pattern(g.oc, 6)};
-        Grads got = start;
-        ConvGeom gw = g;
-        gw.overwriteGrads = overwrite;
-        detail::conv2dWeightGradientNarrow(dev_, got.dw.data(), got.db.data(), dy.data(), x.data(), gw);
-        const Grads want = weightReference(a, overwrite ? Grads{Vec(wCount(g), 0.f), Vec(g.oc, 0.f)} : start);
-        EXPECT_EQ(got.dw, want.dw) << where << (overwrite ? " overwrite" : "");
-        EXPECT_EQ(got.db, want.db) << where << (overwrite ? " overwrite" : "");
-      }
+      for (bool overwrite : {false, true})
+        for (bool bias : {true, false}) {
+          const Grads start{test::pattern(wCount(g), 5), test::pattern(g.oc, 6)};
+          Grads got = start;
+          ConvGeom gw = g;
+          gw.overwriteGrads = overwrite;
+          detail::conv2dWeightGradientNarrow(dev_, got.dw.data(), bias ? got.db.data() : nullptr, dy.data(),
+                                             x.data(), gw);
+          const Grads want = weightReference(a, overwrite ? Grads{Vec(wCount(g), 0.f), Vec(g.oc, 0.f)} : start);
+          const std::string what = where + (overwrite ? " overwrite" : "") + (bias ? " bias" : "");
+          EXPECT_EQ(got.dw, want.dw) << what;
+          EXPECT_EQ(got.db, bias ? want.db : start.db) << what;
+        }
     }
 }
 
@@ -257,9 +260,11 @@ OneChannel oneChannelReference(const ConvGeom& g, const Vec& x, const Vec& w, co
           for (int l = 0; l < 16; ++l) {
             const int ox = blk * 16 + l;
             float* s = &lanes[static_cast<std::size_t>(o) * (taps + 1) * 16 + l];
-            for (int t = 0; t < taps; ++t)
-              s[t * 16] = pairStep(s[t * 16], D(n, oy, ox, o), X(n, oy + t / kw, ox + t % kw), D(n, oy + 1, ox, o),
-                                   X(n, oy + 1 + t / kw, ox + t % kw));
+            for (int t = 0; t < taps; ++t) {
+              const float xHi = oy + 1 < oh ? X(n, oy + 1 + t / kw, ox + t % kw) : 0.f;  // an odd last row: zeros
+              s[t * 16] =
+                  pairStep(s[t * 16], D(n, oy, ox, o), X(n, oy + t / kw, ox + t % kw), D(n, oy + 1, ox, o), xHi);
+            }
           }
   for (int n = 0; n < g.n; ++n)
     for (int oy = 0; oy < oh; ++oy)
@@ -276,33 +281,52 @@ OneChannel oneChannelReference(const ConvGeom& g, const Vec& x, const Vec& w, co
   return r;
 }
 
+// Also with y and dy as planes (g.planes, for a pool that takes them): the same values.
 TEST_F(ConvNarrowBf16, OneChannelPassesMatchTheirPairSumsBitForBit) {
   // LeNet-5's conv 1; 3 x 3 taps (a last column pair and a last tap alone) into one channel; 15
   // channels on rows of two blocks; 5 x 5 taps into 13 on three blocks; an odd output height;
-  // 7 x 7 taps (the forward only: the weight sums' pairs take widths 3 and 5).
+  // 7 x 7 taps (the weight sums' pairs take widths 3 and 5: the emulated kernels' bits there).
   const Case cases[] = {{3, 1, 28, 28, 6, 5, 2}, {2, 1, 12, 9, 1, 3, 0}, {2, 1, 10, 30, 15, 3, 1},
                         {1, 1, 40, 40, 13, 5, 1}, {2, 1, 9, 20, 5, 5, 2}, {2, 1, 7, 8, 4, 7, 3}};
   for (const Case& c : cases)
-    for (bool flagged : {false, true}) {  // as in PassesMatchTheirPairSumsBitForBit
-      ConvGeom g = geom(c);
-      g.overwriteGrads = true;
-      ASSERT_TRUE(detail::useOneChannelConv(g));
-      const Vec rx = rounded(test::pattern(xCount(g), 15)), rw = rounded(test::pattern(wCount(g), 16)),
-                rdy = rounded(test::pattern(yCount(g), 18)), b = test::pattern(g.oc, 17);
-      g.xRounded = g.wRounded = g.dyRounded = flagged;
-      const Vec x = flagged ? rx : test::pattern(xCount(g), 15), w = flagged ? rw : test::pattern(wCount(g), 16),
-                dy = flagged ? rdy : test::pattern(yCount(g), 18);
-      OneChannel got{Vec(yCount(g)), Vec(wCount(g)), Vec(g.oc)};
-      detail::conv2dForwardOneChannel(dev_, got.y.data(), x.data(), w.data(), b.data(), g);
-      detail::conv2dBackwardOneChannel(dev_, got.dw.data(), got.db.data(), dy.data(), x.data(), g);
-      const OneChannel want = oneChannelReference(g, rx, rw, b, rdy);
-      const std::string where =
-          "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k) + (flagged ? " flagged" : "");
-      EXPECT_EQ(got.y, want.y) << where;
-      if (c.k == 7) continue;
-      EXPECT_EQ(got.dw, want.dw) << where;
-      EXPECT_EQ(got.db, want.db) << where;
-    }
+    for (bool flagged : {false, true})  // as in PassesMatchTheirPairSumsBitForBit
+      for (bool planes : {false, true}) {
+        ConvGeom g = geom(c);
+        g.overwriteGrads = true;
+        g.dstNhwc = !planes;
+        g.planes = planes;
+        ASSERT_TRUE(detail::useOneChannelConv(g));
+        auto layout = [&](const Vec& v) {  // channels last -> g's layout of y and dy
+          if (!planes) return v;
+          Vec t(v.size());
+          nhwcToNchw(t.data(), v.data(), g.n, g.oc, g.oh() * g.ow());
+          return t;
+        };
+        const Vec rx = rounded(test::pattern(xCount(g), 15)), rw = rounded(test::pattern(wCount(g), 16)),
+                  rdy = rounded(test::pattern(yCount(g), 18)), b = test::pattern(g.oc, 17);
+        g.xRounded = g.wRounded = g.dyRounded = flagged;
+        const Vec x = flagged ? rx : test::pattern(xCount(g), 15), w = flagged ? rw : test::pattern(wCount(g), 16),
+                  dy = layout(flagged ? rdy : test::pattern(yCount(g), 18));
+        auto run = [&](Device& dev) {
+          OneChannel r{Vec(yCount(g)), Vec(wCount(g)), Vec(g.oc)};
+          detail::conv2dForwardOneChannel(dev, r.y.data(), x.data(), w.data(), b.data(), g);
+          detail::conv2dBackwardOneChannel(dev, r.dw.data(), r.db.data(), dy.data(), x.data(), g);
+          return r;
+        };
+        const OneChannel got = run(dev_);
+        OneChannel want = oneChannelReference(g, rx, rw, b, rdy);
+        if (c.k == 7) {
+          test::ModeScope emulated(Bf16Mode::kEmulated);
+          Device dev(golden::bf16Options());
+          const OneChannel e = run(dev);
+          want.dw = e.dw, want.db = e.db;
+        }
+        const std::string where = "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k) +
+                                  (flagged ? " flagged" : "") + (planes ? " planes" : "");
+        EXPECT_EQ(got.y, layout(want.y)) << where;
+        EXPECT_EQ(got.dw, want.dw) << where;
+        EXPECT_EQ(got.db, want.db) << where;
+      }
 }
 
 }  // namespace

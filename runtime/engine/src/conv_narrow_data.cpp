@@ -172,16 +172,17 @@ __attribute__((target("avx512f"))) void rowAvx512(float* dxp, const float* dyRow
   }
 }
 
-// Native bf16: the same over the pairs of o, dyRow the row's bits as words [ow][oc / 2] and wp
+// Native bf16: the same over the pairs of o, dyRow the row's bits [ow][oc], read a word (two
+// channels) at a time, and wp
 // tapPairs' words.
 template <int NA, int P>
-XS_DPBF16 void rowPairs(float* dxp, const std::uint32_t* dyRow, const std::uint32_t* wp, const Runs& r) {
+XS_DPBF16 void rowPairs(float* dxp, const std::uint16_t* dyRow, const std::uint32_t* wp, const Runs& r) {
   const int ow = r.ow, oq = r.oc / 2, c = r.c, groups = (ow + P - 1) / P;
   const Places<NA> places(r);
   for (int gi = 0; gi < groups; ++gi) {
     const std::array<int, P> px = group<P>(r, gi);
-    const std::uint32_t* d[P];
-    for (int k = 0; k < P; ++k) d[k] = dyRow + static_cast<std::size_t>(px[k] < 0 ? px[0] : px[k]) * oq;
+    const std::uint16_t* d[P];
+    for (int k = 0; k < P; ++k) d[k] = dyRow + static_cast<std::size_t>(px[k] < 0 ? px[0] : px[k]) * 2 * oq;
     __m512 acc[P][NA];
 #pragma GCC unroll 16
     for (int k = 0; k < P; ++k)
@@ -190,7 +191,7 @@ XS_DPBF16 void rowPairs(float* dxp, const std::uint32_t* dyRow, const std::uint3
     for (int q = 0; q < oq; ++q) {
       __m512i b[P];
 #pragma GCC unroll 16
-      for (int k = 0; k < P; ++k) b[k] = _mm512_set1_epi32(static_cast<int>(d[k][q]));
+      for (int k = 0; k < P; ++k) b[k] = _mm512_set1_epi32(static_cast<int>(wordAt(d[k] + 2 * q)));
       const std::uint32_t* wq = wp + static_cast<std::size_t>(q) * NA * kLanes;
 #pragma GCC unroll 16
       for (int a = 0; a < NA; ++a) {
@@ -204,10 +205,10 @@ XS_DPBF16 void rowPairs(float* dxp, const std::uint32_t* dyRow, const std::uint3
   }
 }
 
-using PairRow = void (*)(float*, const std::uint32_t*, const std::uint32_t*, const Runs&);
+using PairRow = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const Runs&);
 
 template <std::size_t... I>
-PairRow pairKernel(int na, std::index_sequence<I...>) {
+PairRow pairRowKernel(int na, std::index_sequence<I...>) {
   static constexpr PairRow kTable[] = {&rowPairs<static_cast<int>(I) + 1, pixelsPerGroup(static_cast<int>(I) + 1)>...};
   return kTable[na - 1];
 }
@@ -249,14 +250,14 @@ void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const flo
   const bool pairs = narrowBf16(dev) && r.oc % 2 == 0 && !narrowDataPortableSlot();
   float* wr = dev.scratch(kWeightSlot, r.wrCount());  // 64-byte aligned, as every scratch slot
   auto* wp = reinterpret_cast<std::uint32_t*>(wr);
-  std::uint32_t* dyWords = nullptr;  // native bf16: dy's bits, words of output channel pairs
+  std::uint16_t* dyBits = nullptr;  // native bf16: dy's bits
   const RowKernel kernel = pairs ? nullptr : rowKernel(r);
-  const PairRow pairKernelOf = pairs ? pairKernel(r.na, std::make_index_sequence<kMaxAcc>()) : nullptr;
+  const PairRow pairKernelOf = pairs ? pairRowKernel(r.na, std::make_index_sequence<kMaxAcc>()) : nullptr;
   if (pairs) {
     tapPairs(wp, w, g, r);
-    dyWords = reinterpret_cast<std::uint32_t*>(dev.scratch(kDyBitsSlot, dyCount / 2));
-    if (g.dyRounded) bf16BitsOfRounded(dy, reinterpret_cast<std::uint16_t*>(dyWords), dyCount);
-    else toBf16Bits(dy, reinterpret_cast<std::uint16_t*>(dyWords), dyCount);
+    dyBits = reinterpret_cast<std::uint16_t*>(dev.scratch(kDyBitsSlot, (dyCount + 1) / 2));
+    if (g.dyRounded) bf16BitsOfRounded(dy, dyBits, dyCount);
+    else toBf16Bits(dy, dyBits, dyCount);
   } else {
     const bool emulated = bf16Products(dev);
     tapRows(wr, w, g, r, emulated && !g.wRounded);
@@ -271,7 +272,7 @@ void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const flo
     for (int oy = 0; oy < r.oh; ++oy) {
       const std::size_t row = (static_cast<std::size_t>(n) * r.oh + oy) * r.ow * r.oc;
       float* into = to + static_cast<std::size_t>(oy) * r.dxpRow;
-      if (pairs) pairKernelOf(into, dyWords + row / 2, wp, r);
+      if (pairs) pairKernelOf(into, dyBits + row, wp, r);
       else kernel(into, dy + row, wr, r);
     }
     if (g.pad)

@@ -109,19 +109,26 @@ Block blockKernel(int p, std::index_sequence<I...>) {
   return kTable[p - 1];
 }
 
-// One image's rows in blocks of up to kMaxBlock pixels, as even as they come.
-void imageRows(float* y, const float* xp, const float* wt, const float* b, const Taps& t, bool vector) {
+// f(oy, ox, count) for an image's rows in blocks of up to kMaxBlock pixels, as even as they come.
+template <class F>
+void eachBlock(const Taps& t, F f) {
   const int blocks = (t.ow + kMaxBlock - 1) / kMaxBlock;
   for (int oy = 0; oy < t.oh; ++oy)
     for (int bi = 0, ox = 0; bi < blocks; ++bi) {
       const int count = (t.ow - ox) / (blocks - bi);
-      float* yo = y + (static_cast<std::size_t>(oy) * t.ow + ox) * t.oc;
-      const float* xr = xp + static_cast<std::size_t>(oy) * t.xpRow + ox * t.c;
-      if (vector && t.kw == 3) blockKernel<3>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wt, b, t);
-      else if (vector) blockKernel<5>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wt, b, t);
-      else blockPortable(yo, xr, wt, b, count, t);
+      f(oy, ox, count);
       ox += count;
     }
+}
+
+void imageRows(float* y, const float* xp, const float* wt, const float* b, const Taps& t, bool vector) {
+  eachBlock(t, [&](int oy, int ox, int count) {
+    float* yo = y + (static_cast<std::size_t>(oy) * t.ow + ox) * t.oc;
+    const float* xr = xp + static_cast<std::size_t>(oy) * t.xpRow + ox * t.c;
+    if (vector && t.kw == 3) blockKernel<3>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wt, b, t);
+    else if (vector) blockKernel<5>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wt, b, t);
+    else blockPortable(yo, xr, wt, b, count, t);
+  });
 }
 
 // Native bf16: the geometry in pairs of input channels, cq of them; padded rows of xqRow words.
@@ -146,9 +153,10 @@ void pairColumns(std::uint32_t* wp, const float* w, const Pairs& t) {
               at(o, 2 * q, ky, kx) | static_cast<std::uint32_t>(at(o, 2 * q + 1, ky, kx)) << 16;
 }
 
-// blockAvx512 over pairs: xr the words at (oy, ox0) of the padded image's bits.
+// blockAvx512 over pairs: xr the padded image's bits at (oy, ox0), read a word (two channels) at
+// a time.
 template <int P, int KW>
-XS_DPBF16 void pairBlock(float* y, const std::uint32_t* xr, const std::uint32_t* wp, const float* b, const Pairs& t) {
+XS_DPBF16 void pairBlock(float* y, const std::uint16_t* xr, const std::uint32_t* wp, const float* b, const Pairs& t) {
   const __mmask16 lanes = firstLanes(t.oc);
   const int cq = t.cq, kh = t.kh;
   const std::size_t xqRow = t.xqRow;
@@ -158,7 +166,7 @@ XS_DPBF16 void pairBlock(float* y, const std::uint32_t* xr, const std::uint32_t*
   for (int p = 0; p < P; ++p) acc[p] = bias;
   for (int ky = 0; ky < kh; ++ky)
     for (int q = 0; q < cq; ++q) {
-      const std::uint32_t* x = xr + ky * xqRow + q;
+      const std::uint16_t* x = xr + 2 * (ky * xqRow + q);
       const std::uint32_t* wk = wp + (static_cast<std::size_t>(ky) * KW * cq + q) * kLanes;
       __m512i w[KW];
 #pragma GCC unroll 16
@@ -168,7 +176,7 @@ XS_DPBF16 void pairBlock(float* y, const std::uint32_t* xr, const std::uint32_t*
       }
 #pragma GCC unroll 32
       for (int i = 0; i < P + KW - 1; ++i) {
-        const __m512i v = _mm512_set1_epi32(static_cast<int>(x[i * cq]));
+        const __m512i v = _mm512_set1_epi32(static_cast<int>(wordAt(x + 2 * i * cq)));
 #pragma GCC unroll 16
         for (int kx = KW - 1; kx >= 0; --kx)
           if (i - kx >= 0 && i - kx < P) acc[i - kx] = _mm512_dpbf16_ps(acc[i - kx], (__m512bh)v, (__m512bh)w[kx]);
@@ -178,10 +186,10 @@ XS_DPBF16 void pairBlock(float* y, const std::uint32_t* xr, const std::uint32_t*
   for (int p = 0; p < P; ++p) _mm512_mask_storeu_ps(y + p * t.oc, lanes, acc[p]);
 }
 
-using PairBlock = void (*)(float*, const std::uint32_t*, const std::uint32_t*, const float*, const Pairs&);
+using PairBlock = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const float*, const Pairs&);
 
 template <int KW, std::size_t... I>
-PairBlock pairKernel(int p, std::index_sequence<I...>) {
+PairBlock pairBlockKernel(int p, std::index_sequence<I...>) {
   static constexpr PairBlock kTable[] = {&pairBlock<static_cast<int>(I) + 1, KW>...};
   return kTable[p - 1];
 }
@@ -194,8 +202,8 @@ class PaddedBits {
         xp_(reinterpret_cast<std::uint16_t*>(dev.scratch(slot, ((g.h + 2 * g.pad) * row_ + 1) / 2))) {
     std::fill(xp_, xp_ + (g.h + 2 * g.pad) * row_, std::uint16_t{0});
   }
-  // Image n of x [n, h, w, c], padded, as words of channel pairs.
-  const std::uint32_t* image(const float* x, int n) const {
+  // Image n of x [n, h, w, c], padded, as bf16 bits.
+  const std::uint16_t* image(const float* x, int n) const {
     const std::size_t width = static_cast<std::size_t>(g_.w) * g_.c;
     const float* xn = x + static_cast<std::size_t>(n) * g_.h * width;
     using Bits = void (*)(const float*, std::uint16_t*, std::size_t);
@@ -203,7 +211,7 @@ class PaddedBits {
     if (!g_.pad) bits(xn, xp_, g_.h * width);
     for (int iy = 0; iy < g_.h && g_.pad; ++iy)
       bits(xn + iy * width, xp_ + (iy + g_.pad) * row_ + static_cast<std::size_t>(g_.pad) * g_.c, width);
-    return reinterpret_cast<const std::uint32_t*>(xp_);
+    return xp_;
   }
 
  private:
@@ -212,23 +220,20 @@ class PaddedBits {
   std::uint16_t* xp_;
 };
 
-void forwardPairs(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
+void forwardOnPairs(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
   const Pairs t(g);
   auto* wp = reinterpret_cast<std::uint32_t*>(dev.scratch(kWeightSlot, t.wpCount()));  // 64-byte aligned
   pairColumns(wp, w, t);
   const PaddedBits padded(dev, kBitsSlot, g);
-  const int blocks = (t.ow + kMaxBlock - 1) / kMaxBlock;
   for (int n = 0; n < g.n; ++n) {
-    const std::uint32_t* xq = padded.image(x, n);
-    for (int oy = 0; oy < t.oh; ++oy)
-      for (int bi = 0, ox = 0; bi < blocks; ++bi) {
-        const int count = (t.ow - ox) / (blocks - bi);
-        float* yo = y + ((static_cast<std::size_t>(n) * t.oh + oy) * t.ow + ox) * t.oc;
-        const std::uint32_t* xr = xq + static_cast<std::size_t>(oy) * t.xqRow + ox * t.cq;
-        if (t.kw == 3) pairKernel<3>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
-        else pairKernel<5>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
-        ox += count;
-      }
+    const std::uint16_t* xq = padded.image(x, n);
+    float* yn = y + static_cast<std::size_t>(n) * t.oh * t.ow * t.oc;
+    eachBlock(t, [&](int oy, int ox, int count) {
+      float* yo = yn + (static_cast<std::size_t>(oy) * t.ow + ox) * t.oc;
+      const std::uint16_t* xr = xq + 2 * (static_cast<std::size_t>(oy) * t.xqRow + ox * t.cq);
+      if (t.kw == 3) pairBlockKernel<3>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
+      else pairBlockKernel<5>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
+    });
   }
 }
 
@@ -249,7 +254,7 @@ bool narrowForwardVectorized(const ConvGeom& g) { return cpuHasAvx512() && (g.kw
 
 void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
   if (narrowBf16(dev) && g.c % 2 == 0 && narrowForwardVectorized(g) && !narrowForwardPortableSlot())
-    return forwardPairs(dev, y, x, w, b, g);
+    return forwardOnPairs(dev, y, x, w, b, g);
   const Taps t(g);
   const bool emulated = bf16Products(dev);
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;

@@ -39,7 +39,8 @@ constexpr int kSumSlot = 1, kPaddedSlot = 2, kRoundedXSlot = 4, kRoundedDySlot =
 
 // The geometry (NarrowRuns) and the sums s [kh][run][16], then the bias's [16].
 struct Runs : NarrowRuns {
-  using NarrowRuns::NarrowRuns;
+  int xpRows;  // the padded image's rows
+  explicit Runs(const ConvGeom& g) : NarrowRuns(g), xpRows(g.h + 2 * g.pad) {}
   std::size_t sumCount() const { return (static_cast<std::size_t>(kh) * run + 1) * kLanes; }  // + the bias's
   float* sums(float* s, int ky, int j) const { return s + (static_cast<std::size_t>(ky) * run + j) * kLanes; }
 };
@@ -128,8 +129,8 @@ void imageSums(Device& dev, float* s, bool bias, const float* dy, const float* x
 
 // Native bf16: the image's dy [oh][ow][oc] -> dq [(oh + 1) / 2][ow][16] words (dy[2 rq][ox][o],
 // dy[2 rq + 1][ox][o]), zeros past oc and oh; with bias, the bias's sums (16 lanes) += each
-// word's pair of values, in that order. kRounded: dy holds bf16 values (g.dyRounded), and
-// likewise x below.
+// word's pair of values, the high half (row 2 rq + 1) first. kRounded: dy holds bf16 values
+// (g.dyRounded), and likewise x below.
 template <bool kRounded>
 XS_DPBF16 void dyRowPairs(std::uint32_t* dq, float* bias, const float* dy, const Runs& r) {
   const __mmask16 lanes = firstLanes(r.oc);
@@ -147,23 +148,29 @@ XS_DPBF16 void dyRowPairs(std::uint32_t* dq, float* bias, const float* dy, const
   if (bias) _mm512_store_ps(bias, sums);
 }
 
-// Native bf16: the image's x [h][w][c] -> xq [h + 2 pad][xpRow] words (xp[r][j], xp[r + 1][j])
-// of the padded image xp (zeros past its last row), the borders' zeros written by the caller.
+// Native bf16: the image's x [h][w][c] -> xq [xpRows][xpRow] words (xp[r][j], xp[r + 1][j]) of
+// the padded image xp (zeros past its last row); with an odd oh, then kh rows (xp[oh - 1 + ky][j],
+// 0) for the last output row, which pairs with no row of dy: its x alone, so that the zero dy of
+// its pair meets a zero (a non-finite x there would make 0 * x a NaN). The borders' zeros are
+// written by the caller.
 template <bool kRounded>
 XS_DPBF16 void xRowPairs(std::uint32_t* xq, const float* x, const ConvGeom& g, const Runs& r) {
-  const int width = g.w * g.c, rows = g.h + 2 * g.pad;
-  auto rowAt = [&](int iy) { return iy >= 0 && iy < g.h ? x + static_cast<std::size_t>(iy) * width : nullptr; };
-  for (int rp = 0; rp < rows; ++rp) {
-    const float* lo = rowAt(rp - g.pad);
-    const float* hi = rowAt(rp + 1 - g.pad);
-    std::uint32_t* to = xq + static_cast<std::size_t>(rp) * r.xpRow + g.pad * g.c;
+  const int width = g.w * g.c;
+  auto rowAt = [&](int rp) {  // x's row of padded row rp, or null in the padding
+    const int iy = rp - g.pad;
+    return iy >= 0 && iy < g.h ? x + static_cast<std::size_t>(iy) * width : nullptr;
+  };
+  auto pairRow = [&](int to, const float* lo, const float* hi) XS_DPBF16 {
+    std::uint32_t* words = xq + static_cast<std::size_t>(to) * r.xpRow + g.pad * g.c;
     for (int j = 0; j < width; j += kLanes) {
       const __mmask16 m = firstLanes(width - j);
       const __m512 a = lo ? _mm512_maskz_loadu_ps(m, lo + j) : _mm512_setzero_ps();
       const __m512 b = hi ? _mm512_maskz_loadu_ps(m, hi + j) : _mm512_setzero_ps();
-      _mm512_mask_storeu_epi32(to + j, m, pairWordsOf<kRounded>(a, b));
+      _mm512_mask_storeu_epi32(words + j, m, pairWordsOf<kRounded>(a, b));
     }
-  }
+  };
+  for (int rp = 0; rp < r.xpRows; ++rp) pairRow(rp, rowAt(rp), rowAt(rp + 1));
+  for (int ky = 0; ky < r.kh && r.oh % 2; ++ky) pairRow(r.xpRows + ky, rowAt(r.oh - 1 + ky), nullptr);
 }
 
 // passAvx512 over the row pairs: J sums of tap row ky from j0, dq and xq the image's words.
@@ -174,7 +181,8 @@ XS_DPBF16 void pairPass(float* s, const std::uint32_t* dq, const std::uint32_t* 
 #pragma GCC unroll 32
   for (int j = 0; j < J; ++j) acc[j] = _mm512_load_ps(r.sums(s, ky, j0 + j));
   for (int rq = 0; rq < pairs; ++rq) {
-    const std::uint32_t* x = xq + static_cast<std::size_t>(2 * rq + ky) * r.xpRow + j0;
+    const int row = 2 * rq + 1 < r.oh ? 2 * rq + ky : r.xpRows + ky;  // an odd last row: its x alone
+    const std::uint32_t* x = xq + static_cast<std::size_t>(row) * r.xpRow + j0;
     for (int ox = 0; ox < ow; ++ox, dq += kLanes, x += c) {
       __m512i dv = _mm512_load_si512(dq);
       asm("" : "+v"(dv));  // one load for its products, as in passAvx512
@@ -198,7 +206,7 @@ PairPass pairPassKernel(int count, std::index_sequence<I...>) {
 // Native bf16: every image's sums into s (zeroed), over the pairs of rows.
 void pairSums(Device& dev, float* s, bool bias, const float* dy, const float* x, const ConvGeom& g, const Runs& r) {
   const std::size_t dqCount = static_cast<std::size_t>((r.oh + 1) / 2) * r.ow * kLanes;
-  const std::size_t xqCount = static_cast<std::size_t>(g.h + 2 * g.pad) * r.xpRow;
+  const std::size_t xqCount = static_cast<std::size_t>(r.xpRows + (r.oh % 2 ? r.kh : 0)) * r.xpRow;
   auto* dq = reinterpret_cast<std::uint32_t*>(dev.scratch(kDyPairSlot, dqCount));
   auto* xq = reinterpret_cast<std::uint32_t*>(dev.scratch(kRowPairSlot, xqCount));
   std::fill(xq, xq + xqCount, 0u);

@@ -19,7 +19,8 @@
 // an image with each pixel repeated oc times, loads across cache lines at every tap: 0.7
 // multiply-adds a cycle, 1.3x slower over LeNet-5's step.) Each sum runs in the order written with fused
 // multiply-adds, the same in the AVX-512 kernels and the portable loops (tested bit for bit).
-// Emulated bf16 rounds dy and w once per call, and x as it copies each image into xp.
+// Emulated bf16 rounds dy and w once per call, and x as it copies each image into xp. Native
+// bf16 on vdpbf16ps takes the sums in pairs instead (conv_one_channel_bf16.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

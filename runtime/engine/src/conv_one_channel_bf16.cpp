@@ -163,7 +163,9 @@ PooledPairTile pooledPairs(const ConvGeom& g, const Rows& r) {
 }
 
 // weightCols over the row pairs: taps K0.. (KN of them) of tap row ky and channels o0.. (G of
-// them), dq dyT's pairs [(oh + 1) / 2][blocks][oc][16] and xv V's words.
+// them), dq dyT's pairs [(oh + 1) / 2][blocks][oc][16] and xv V's words, then S's: an odd last
+// output row pairs with no row of dy, so it takes its x alone (a zero against the zero dy: a
+// non-finite x in the next row would make 0 * x a NaN).
 template <int K0, int KN, int G>
 XS_DPBF16 void pairCols(float* s, const std::uint32_t* dq, const std::uint32_t* xv, const Rows& r, int ky, int o0) {
   auto at = [&](int g, int k) {
@@ -175,7 +177,9 @@ XS_DPBF16 void pairCols(float* s, const std::uint32_t* dq, const std::uint32_t* 
 #pragma GCC unroll 16
     for (int k = 0; k < KN; ++k) acc[g][k] = _mm512_load_ps(at(g, k));
   const int pairs = (r.oh + 1) / 2;
-  for (int q = 0; q < pairs; ++q)
+  for (int q = 0; q < pairs; ++q) {
+    const std::size_t layout = 2 * q + 1 < r.oh ? 0 : r.xpCount();  // an odd last row: S
+    const std::uint32_t* row = xv + layout + static_cast<std::size_t>(2 * q + ky) * r.xpRow;
     for (int blk = 0; blk < r.blocks; ++blk) {
       __m512i d[G];
 #pragma GCC unroll 16
@@ -185,12 +189,12 @@ XS_DPBF16 void pairCols(float* s, const std::uint32_t* dq, const std::uint32_t* 
       }
 #pragma GCC unroll 16
       for (int k = 0; k < KN; ++k) {
-        const __m512i x =
-            _mm512_loadu_si512(xv + static_cast<std::size_t>(2 * q + ky) * r.xpRow + blk * kLanes + K0 + k);
+        const __m512i x = _mm512_loadu_si512(row + blk * kLanes + K0 + k);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g) acc[g][k] = _mm512_dpbf16_ps(acc[g][k], (__m512bh)d[g], (__m512bh)x);
       }
     }
+  }
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g)
 #pragma GCC unroll 16
@@ -252,14 +256,15 @@ bool weightPairsApply(const Device& dev, const Rows& r) {
 
 PairScratch weightPairScratch(Device& dev, const ConvGeom& g, const Rows& r) {
   const std::size_t dq = static_cast<std::size_t>((r.oh + 1) / 2) * r.blocks * r.oc * kLanes;
-  auto* x = reinterpret_cast<std::uint32_t*>(dev.scratch(kPairSlot, r.xpCount()));
-  std::fill(x, x + r.xpCount(), 0u);
+  auto* x = reinterpret_cast<std::uint32_t*>(dev.scratch(kPairSlot, 2 * r.xpCount()));  // V, then S
+  std::fill(x, x + 2 * r.xpCount(), 0u);
   return {reinterpret_cast<std::uint32_t*>(dev.scratch(kDyPairSlot, dq)), x, layoutWidth(g)};
 }
 
 void weightSumsPairs(float* s, const float* dyT, const float* xp, const Rows& r, const PairScratch& p) {
   dyPairs(p.dy, dyT, r);
   layOut(p.x, xp, r, p.width, kV);
+  if (r.oh % 2) layOut(p.x + r.xpCount(), xp, r, p.width, kS);
   if (r.kw == 3) pairSumsOfImage<3>(s, p, r);
   else pairSumsOfImage<5>(s, p, r);
 }

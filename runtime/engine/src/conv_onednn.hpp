@@ -53,7 +53,7 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
                             const float* x, const float* w, const ConvGeom& g);
 
 // One input channel into fewer than 16 channels-last outputs (or NCHW ones, g.planes), stride 1
-// (conv_one_channel.cpp), chosen by useOneChannelConv in fp32 and emulated bf16 where the CPU has
+// (conv_one_channel.cpp), chosen by useOneChannelConv in fp32 and bf16 where the CPU has
 // AVX-512: forward, and backward's weight and bias gradients (an input gradient, when asked for,
 // takes the path below or oneDNN).
 bool useOneChannelConv(const ConvGeom& g);
@@ -65,24 +65,25 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
 bool& oneChannelPortableSlot();
 
 // The input gradient of a channels-last stride-1 convolution into fewer than 16 input channels
-// (conv_narrow_data.cpp), chosen by useNarrowDataGradient in fp32 and emulated bf16 where the
-// CPU has AVX-512; dx is overwritten. The weight and bias gradients stay with the other paths.
+// (conv_narrow_data.cpp), chosen by useNarrowDataGradient in fp32 and bf16 where the CPU has
+// AVX-512; dx is overwritten. The weight and bias gradients stay with the other paths.
 bool useNarrowDataGradient(const ConvGeom& g);
 void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& narrowDataPortableSlot();
 
 // Native bf16 (nativeBf16) where our vdpbf16ps kernels run (dpbf16Kernels): the narrow
-// passes below sum over pairs of bf16 values on vdpbf16ps, twice the FMA units' multiply-adds on
-// AMD Zen 4, instead of running their fp32 kernels on rounded operands. Each takes the pairs
-// along a sum of its fp32 kernel (the forward: input channels, when even; the input gradient:
-// output channels, when even; the weight gradient: output rows) and keeps that kernel's order
-// over them; x and dy are rounded to bf16 as they are laid out in pairs, w as it is.
+// passes here (above and below) sum over pairs of bf16 values on vdpbf16ps, twice the FMA units'
+// multiply-adds on AMD Zen 4, instead of running their fp32 kernels on rounded operands. Each
+// takes the pairs along a sum of its fp32 kernel (the forward: input channels, when even; the
+// input gradient: output channels, when even; the weight gradients: output rows; the one-channel
+// forward: taps, conv_one_channel_bf16.cpp) in its tiles; x and dy are rounded to bf16 as they
+// are laid out in pairs, w as it is.
 bool narrowBf16(const Device& dev);
 
 // The forward of a channels-last stride-1 convolution from fewer than 16 input channels into at
-// most 16 outputs (conv_narrow_forward.cpp), chosen by useNarrowForward in fp32 and emulated
-// bf16 where narrowForwardVectorized holds. The backward passes do not read a copy of x kept by
+// most 16 outputs (conv_narrow_forward.cpp), chosen by useNarrowForward in fp32 and bf16 where
+// narrowForwardVectorized holds. The backward passes do not read a copy of x kept by
 // it (conv2dBackward clears keepSrc).
 bool useNarrowForward(const ConvGeom& g);
 void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g);
@@ -129,7 +130,7 @@ class PaddedImages {
 
 // The weight and bias gradients of a channels-last stride-1 convolution from fewer than 16 input
 // channels into at most 16 outputs (conv_narrow_weights.cpp), chosen by useNarrowWeightGradient in
-// fp32 and emulated bf16 where the CPU has AVX-512. dw and db are added to (or written, with
+// fp32 and bf16 where the CPU has AVX-512. dw and db are added to (or written, with
 // g.overwriteGrads); db may be null.
 bool useNarrowWeightGradient(const ConvGeom& g);
 void conv2dWeightGradientNarrow(Device& dev, float* dw, float* db, const float* dy, const float* x,

@@ -157,6 +157,7 @@ void toBf16Bits(const float* src, std::uint16_t* dst, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] = toBf16Bits(src[i]);
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default")))
 void bf16BitsOfRounded(const float* src, std::uint16_t* dst, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(src[i]) >> 16);
 }

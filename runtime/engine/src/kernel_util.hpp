@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "gemm.hpp"
@@ -41,8 +43,18 @@ __attribute__((target("avx512f"))) inline __m512i pairWords(__m512 lo, __m512 hi
 // leaves them): no rounding to do.
 template <bool kRounded>
 __attribute__((target("avx512f"))) inline __m512i pairWordsOf(__m512 lo, __m512 hi) {
-  if constexpr (!kRounded) return pairWords(lo, hi);
-  return _mm512_or_si512(_mm512_maskz_srli_epi32(kAllLanes, _mm512_castps_si512(lo), 16), _mm512_castps_si512(hi));
+  if constexpr (!kRounded)
+    return pairWords(lo, hi);
+  else
+    return _mm512_or_si512(_mm512_maskz_srli_epi32(kAllLanes, _mm512_castps_si512(lo), 16), _mm512_castps_si512(hi));
+}
+
+// The word of the two bf16 values at p (p[0] in the low half), for bits written as 16-bit
+// values: read through memcpy, which the compiler makes one load.
+inline std::uint32_t wordAt(const std::uint16_t* p) {
+  std::uint32_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
 }
 
 // run(relu, round) with each flag as a compile-time constant (std::bool_constant), so that a

@@ -93,7 +93,7 @@ std::uint32_t pairAt(const std::uint16_t* w, int k) {
 // from the bias over pairs of k in order, the batch as V vectors of x's pairs.
 template <int V, int R>
 XS_DPBF16 void forwardRows(float* y, const std::uint32_t* xq, const std::uint16_t* w, const float* bias,
-                                int batch, int in, int out, int o0) {
+                           int batch, int in, int out, int o0) {
   __m512 acc[R][V];
   const std::uint16_t* row[R];
 #pragma GCC unroll 24
@@ -158,7 +158,7 @@ XS_DPBF16 void packChunk(__m512i* packed, const std::uint16_t* w, int in, int ou
 // broadcast straight from its row.
 template <int R>
 XS_DPBF16 void gradColumns(float* dx, const std::uint16_t* dy, const __m512i* strip, int pairs, int batch,
-                                int in, int out, int o0, int b0, int k0, __mmask32 lanes) {
+                           int in, int out, int o0, int b0, int k0, __mmask32 lanes) {
   // The vectors' order (128-bit chunks of columns alternating between the two) and back.
   const __m512i toFirst = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
   const __m512i toSecond = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
@@ -203,7 +203,7 @@ XS_DPBF16 void gradColumns(float* dx, const std::uint16_t* dy, const __m512i* st
 // `last`), each a sum from zero over the batch's pairs in order; out(value, o, k, lanes) takes it.
 template <int R, int C, class Out>
 XS_DPBF16 void weightTile(const std::uint32_t* dyB, const std::uint32_t* xp, int pairs, int o0, int k,
-                               __mmask16 last, Out& out) {
+                          __mmask16 last, Out& out) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
