@@ -405,6 +405,13 @@ void Supervisor::onSignal(int sig) {
     interruptedBy_ = signalName(sig);
     log_->warn("{} received: forwarding it to the {} workers (again to kill them)",
                interruptedBy_, world_);
+    // Under mpirun, SIGKILL follows one second after its SIGTERM (odls_base_sigkill_timeout),
+    // which a loaded host can use up before the workers are reaped: the segment's name and the
+    // transport's files go now (the mappings stay valid; the job is ending on every machine).
+    if (proxy_) {
+      segment_->unlink();
+      proxy_->removeTransportFiles();
+    }
     signalLiving(sig, false);
     phase_ = Phase::kStopping;
     killAt_ = Clock::now() + options_.killGrace;
