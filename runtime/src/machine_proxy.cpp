@@ -72,11 +72,11 @@ MachineProxy::~MachineProxy() {
   if (eventFd_ >= 0) ::close(eventFd_);
 }
 
-void MachineProxy::removeTransportFiles() {
+void MachineProxy::removeTransportFiles(bool forget) {
   if (transportDir_.empty()) return;
   std::error_code ec;
   std::filesystem::remove_all(transportDir_, ec);
-  transportDir_.clear();
+  if (forget) transportDir_.clear();
 }
 
 void MachineProxy::start() { thread_ = std::thread([this] { threadMain(); }); }
@@ -122,7 +122,10 @@ void MachineProxy::stop(bool clean, const std::function<void()>& whileWaiting) {
   }
   // A thread still inside MPI_Init (a machine that never started) or a blocking MPI call
   // cannot be interrupted: give it a moment, then leave it to the process's end.
-  for (int i = 0; i < 50 && !finished_.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 50 && !finished_.load(); ++i) {
+    if (whileWaiting) whileWaiting();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   if (finished_.load()) thread_.join();
   else thread_.detach();
 }

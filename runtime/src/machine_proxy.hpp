@@ -72,13 +72,15 @@ class MachineProxy {
   std::vector<Event> takeEvents();
   // The first local failure, for the other machines (later calls are ignored).
   void reportFailure(int exitCode, const std::string& text);
-  // Ends the thread; `clean` (every local worker succeeded, no machine failed): leave the
-  // transport in order (MPI_Finalize, which returns when every machine has finished), calling
-  // whileWaiting about every 10 ms meanwhile. Otherwise leave it as it is: mpirun ends the rest.
+  // Ends the thread, calling whileWaiting about every 10 ms meanwhile; `clean` (every local
+  // worker succeeded, no machine failed): leave the transport in order (MPI_Finalize, which
+  // returns when every machine has finished). Otherwise give the thread half a second, then
+  // leave it as it is: mpirun ends the rest.
   void stop(bool clean, const std::function<void()>& whileWaiting = {});
   // Removes the transport's directory of files, once the transport is done with them (after
-  // stop). Idempotent; the destructor does it too.
-  void removeTransportFiles();
+  // stop). Idempotent; the destructor does it too. forget = false: early, before stop (a job
+  // that is ending anyway), and again later, should MPI write there meanwhile.
+  void removeTransportFiles(bool forget = true);
 
   // Machine names in machine order, once joined (else empty).
   std::vector<std::string> hosts() const;

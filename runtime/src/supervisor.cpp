@@ -410,7 +410,7 @@ void Supervisor::onSignal(int sig) {
     // transport's files go now (the mappings stay valid; the job is ending on every machine).
     if (proxy_) {
       segment_->unlink();
-      proxy_->removeTransportFiles();
+      proxy_->removeTransportFiles(false);
     }
     signalLiving(sig, false);
     phase_ = Phase::kStopping;
@@ -579,6 +579,11 @@ void Supervisor::finishAttempt() {
   // The segment's name goes first: under mpirun a failed job's launchers get SIGKILL one
   // second after SIGTERM, and the mapping stays valid for the report anyway.
   segment_->unlink();
+  // mpirun signals a launcher's whole process group: the workers may die of its SIGTERM before
+  // the loop has read the launcher's own, still pending here. Read now, it removes the
+  // transport's files before the drain and the proxy's stop below (onSignal), which can
+  // outlast mpirun's second on a loaded host.
+  drainSignals();
   output_->drain(kDrainMs);
   // Anything a worker left behind in the job's process group (a daemonised helper, a
   // grandchild still holding a pipe) goes with the job.
@@ -594,12 +599,12 @@ void Supervisor::finishAttempt() {
     }
     if (clean && trace_) traceBeforeLeaving();
     // The transport's files go after MPI_Finalize: until then another launcher on this host
-    // may still open them. If a later failure elsewhere ends the job meanwhile, mpirun sends
-    // SIGTERM and, a second later, SIGKILL: they go at the SIGTERM.
+    // may still open them. If a failure elsewhere ends the job meanwhile, mpirun sends SIGTERM
+    // and, a second later, SIGKILL: they go at the SIGTERM, in either kind of stop.
     proxy_->stop(clean, [this] {
       signalfd_siginfo info;
       while (::read(signalFd_, &info, sizeof info) == sizeof info) {
-        if (info.ssi_signo != SIGCHLD) proxy_->removeTransportFiles();
+        if (info.ssi_signo != SIGCHLD) proxy_->removeTransportFiles(false);
       }
     });
     proxy_->removeTransportFiles();
