@@ -194,37 +194,11 @@ PairBlock pairBlockKernel(int p, std::index_sequence<I...>) {
   return kTable[p - 1];
 }
 
-// x's images as bf16 bits with their padding, for the pairs: zero borders written once.
-class PaddedBits {
- public:
-  PaddedBits(Device& dev, int slot, const ConvGeom& g)
-      : g_(g), row_(static_cast<std::size_t>(g.w + 2 * g.pad) * g.c),
-        xp_(reinterpret_cast<std::uint16_t*>(dev.scratch(slot, ((g.h + 2 * g.pad) * row_ + 1) / 2))) {
-    std::fill(xp_, xp_ + (g.h + 2 * g.pad) * row_, std::uint16_t{0});
-  }
-  // Image n of x [n, h, w, c], padded, as bf16 bits.
-  const std::uint16_t* image(const float* x, int n) const {
-    const std::size_t width = static_cast<std::size_t>(g_.w) * g_.c;
-    const float* xn = x + static_cast<std::size_t>(n) * g_.h * width;
-    using Bits = void (*)(const float*, std::uint16_t*, std::size_t);
-    const Bits bits = g_.xRounded ? Bits{&bf16BitsOfRounded} : Bits{&toBf16Bits};  // rounded already, or not
-    if (!g_.pad) bits(xn, xp_, g_.h * width);
-    for (int iy = 0; iy < g_.h && g_.pad; ++iy)
-      bits(xn + iy * width, xp_ + (iy + g_.pad) * row_ + static_cast<std::size_t>(g_.pad) * g_.c, width);
-    return xp_;
-  }
-
- private:
-  const ConvGeom& g_;
-  std::size_t row_;
-  std::uint16_t* xp_;
-};
-
 void forwardOnPairs(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
   const Pairs t(g);
   auto* wp = reinterpret_cast<std::uint32_t*>(dev.scratch(kWeightSlot, t.wpCount()));  // 64-byte aligned
   pairColumns(wp, w, t);
-  const PaddedBits padded(dev, kBitsSlot, g);
+  const PaddedImages<std::uint16_t> padded(dev, kBitsSlot, g);
   for (int n = 0; n < g.n; ++n) {
     const std::uint16_t* xq = padded.image(x, n);
     float* yn = y + static_cast<std::size_t>(n) * t.oh * t.ow * t.oc;

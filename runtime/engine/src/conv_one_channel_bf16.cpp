@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <immintrin.h>
 #include <utility>
-#include <vector>
 
 #include "conv_one_channel.hpp"
 #include "kernel_util.hpp"
@@ -47,20 +46,24 @@ XS_DPBF16 void layOut(std::uint32_t* words, const float* xp, const Rows& r, int 
 int layoutWidth(const ConvGeom& g) { return (g.w + 2 * g.pad + kLanes - 1) / kLanes * kLanes; }
 
 // The forward's steps: each one's offset into the layouts (layout * xpCount + ky * xpRow + kx)
-// and its oc weight words [step][oc], in wp.
+// and its oc weight words [step][oc], in wp; at most one a tap.
 struct Steps {
-  std::vector<int> at;
+  int* at;
   std::uint32_t* wp;
+  int count = 0;
   bool vertical = false, single = false;  // the layouts beyond H that the steps read
+  static std::size_t words(const Rows& r) { return static_cast<std::size_t>(r.taps()) * (r.oc + 1); }
 };
 
-Steps tapSteps(std::uint32_t* wp, const float* w, const Rows& r) {
-  Steps s{{}, wp};
+// In scratch of Steps::words(r): wp, then the offsets.
+Steps tapSteps(std::uint32_t* scratch, const float* w, const Rows& r) {
+  Steps s{reinterpret_cast<int*>(scratch + static_cast<std::size_t>(r.taps()) * r.oc), scratch};
+  std::uint32_t* wp = s.wp;
   auto bits = [&](int o, int ky, int kx) -> std::uint32_t {
     return ky < r.kh ? toBf16Bits(w[(static_cast<std::size_t>(o) * r.kh + ky) * r.kw + kx]) : 0u;
   };
   auto add = [&](Layout layout, int ky, int kx, int ky2, int kx2) {
-    s.at.push_back(static_cast<int>(layout * r.xpCount()) + ky * r.xpRow + kx);
+    s.at[s.count++] = static_cast<int>(layout * r.xpCount()) + ky * r.xpRow + kx;
     for (int o = 0; o < r.oc; ++o) *wp++ = bits(o, ky, kx) | bits(o, ky2, kx2) << 16;
   };
   for (int ky = 0; ky < r.kh; ++ky)
@@ -225,12 +228,12 @@ void pairSumsOfImage(float* s, const PairScratch& p, const Rows& r) {
 
 void forwardPairs(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g,
                   const Rows& r, float* xp) {
-  auto* wp = reinterpret_cast<std::uint32_t*>(dev.scratch(kWeightSlot, static_cast<std::size_t>(r.taps()) * r.oc));
-  const Steps steps = tapSteps(wp, w, r);
+  const Steps steps = tapSteps(reinterpret_cast<std::uint32_t*>(dev.scratch(kWeightSlot, Steps::words(r))), w, r);
+  const int layouts = steps.single ? 3 : steps.vertical ? 2 : 1;  // H, then V, then S
   auto* words = reinterpret_cast<std::uint32_t*>(dev.scratch(kPairSlot, 3 * r.xpCount()));
-  std::fill(words, words + 3 * r.xpCount(), 0u);
+  std::fill(words, words + layouts * r.xpCount(), 0u);
   const int width = layoutWidth(g);
-  const Taps taps{words, steps.at.data(), static_cast<int>(steps.at.size()), wp};
+  const Taps taps{words, steps.at, steps.count, steps.wp};
   const Shuffles& sh = shufflesFor(g.oc);
   const PooledPairTile pooled = pooledPairs(g, r);
   const PairImage kernel = pooled ? nullptr : pairImageKernel(g.oc, r.planes, std::make_index_sequence<kLanes - 1>());

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
+#include "gemm.hpp"
 #include "ops.hpp"
 
 namespace xs::engine::detail {
@@ -103,29 +105,39 @@ struct NarrowRuns {
 };
 
 // A channels-last image with its padding, for the narrow convolutions: rows of (w + 2 pad) * c
-// values in a scratch slot whose zero borders are written once; without padding, x's own image.
+// values in a scratch slot whose zero borders are written once. float: x's own image when
+// there is no padding; std::uint16_t: native bf16's bits, rounded as they are copied (unless
+// g.xRounded says x holds bf16 values already).
+template <class T = float>
 class PaddedImages {
+  static constexpr bool kFloat = std::is_same_v<T, float>;
+
  public:
   PaddedImages(Device& dev, int slot, const ConvGeom& g)
-      : g_(g), row_(static_cast<std::size_t>(g.w + 2 * g.pad) * g.c),
-        xp_(g.pad ? dev.scratch(slot, (g.h + 2 * g.pad) * row_) : nullptr) {
-    if (xp_) std::fill(xp_, xp_ + (g.h + 2 * g.pad) * row_, 0.f);
+      : g_(g), row_(static_cast<std::size_t>(g.w + 2 * g.pad) * g.c), count_((g.h + 2 * g.pad) * row_),
+        xp_(g.pad || !kFloat ? reinterpret_cast<T*>(dev.scratch(slot, (count_ * sizeof(T) + 3) / 4)) : nullptr) {
+    if (xp_) std::fill(xp_, xp_ + count_, T{0});
   }
   // Image n of x [n, h, w, c], padded.
-  const float* image(const float* x, int n) const {
-    const float* xn = x + static_cast<std::size_t>(n) * g_.h * g_.w * g_.c;
-    if (!xp_) return xn;
-    for (int iy = 0; iy < g_.h; ++iy)
-      std::memcpy(xp_ + (iy + g_.pad) * row_ + static_cast<std::size_t>(g_.pad) * g_.c,
-                  xn + static_cast<std::size_t>(iy) * g_.w * g_.c,
-                  static_cast<std::size_t>(g_.w) * g_.c * sizeof(float));
+  const T* image(const float* x, int n) const {
+    const std::size_t width = static_cast<std::size_t>(g_.w) * g_.c;
+    const float* xn = x + static_cast<std::size_t>(n) * g_.h * width;
+    if (!xp_) return reinterpret_cast<const T*>(xn);  // float, no padding
+    if (!g_.pad) copy(xn, xp_, g_.h * width);
+    for (int iy = 0; iy < g_.h && g_.pad; ++iy)
+      copy(xn + iy * width, xp_ + (iy + g_.pad) * row_ + static_cast<std::size_t>(g_.pad) * g_.c, width);
     return xp_;
   }
 
  private:
+  void copy(const float* from, T* to, std::size_t n) const {
+    if constexpr (kFloat) std::memcpy(to, from, n * sizeof(float));
+    else if (g_.xRounded) bf16BitsOfRounded(from, to, n);
+    else toBf16Bits(from, to, n);
+  }
   const ConvGeom& g_;
-  std::size_t row_;
-  float* xp_;
+  std::size_t row_, count_;
+  T* xp_;
 };
 
 // The weight and bias gradients of a channels-last stride-1 convolution from fewer than 16 input
