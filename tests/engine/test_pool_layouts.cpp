@@ -153,6 +153,18 @@ TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
         // Gradients in channel blocks of 16 (what the Winograd convolutions read and write), each
         // side alone and both: the same bits once converted back.
         if (g.c % 16 != 0) continue;
+        // x in channel blocks (a bf16 convolution's output as its primitive writes it): the
+        // same pooled values and codes, with each epilogue.
+        for (PoolEpilogue e : {PoolEpilogue::kNone, PoolEpilogue::kRelu, PoolEpilogue::kReluRoundedToBf16}) {
+          PoolGeom gx = gl;
+          gx.xBlocked = true;
+          std::vector<float> want(ny), got(ny, 7.f);
+          std::vector<std::uint16_t> wantCode(ny), gotCode(ny, 7);
+          maxPoolNhwcForward(want.data(), wantCode.data(), xl.data(), gl, e);
+          maxPoolNhwcForward(got.data(), gotCode.data(), toBlocked(xl, g.n, g.c, hw).data(), gx, e);
+          EXPECT_TRUE(sameBits(want, got)) << what << ": pooled values from blocked x, epilogue " << int(e);
+          EXPECT_EQ(wantCode, gotCode) << what << ": codes from blocked x, epilogue " << int(e);
+        }
         for (int sides = 1; sides <= 3; ++sides) {
           PoolGeom gb = gl;
           gb.dyBlocked = sides & 1;
@@ -165,7 +177,7 @@ TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
       }
 }
 
-TEST(PoolLayouts, BlockedGradientsNeedChannelsLastAndWholeBlocks) {
+TEST(PoolLayouts, BlockedGradientsAndInputsNeedChannelsLastAndWholeBlocks) {
   PoolGeom g{1, 24, 4, 4, 2, 2, 0};
   g.nhwc = true;
   g.dxBlocked = true;
@@ -173,6 +185,11 @@ TEST(PoolLayouts, BlockedGradientsNeedChannelsLastAndWholeBlocks) {
   std::vector<std::uint16_t> code(24 * 4, 0);
   std::vector<std::int32_t> am(24 * 4, 0);
   EXPECT_THROW(maxPoolNhwcBackward(dx.data(), dy.data(), code.data(), g), ShapeError);
+  g.dxBlocked = false;
+  g.xBlocked = true;  // x in blocks of 16 channels: 24 is not whole blocks
+  EXPECT_THROW(maxPoolNhwcForward(y.data(), code.data(), dx.data(), g, PoolEpilogue::kNone), ShapeError);
+  g.xBlocked = false;
+  g.dxBlocked = true;
   g.c = 16;
   g.nhwc = false;
   EXPECT_THROW(maxPool2dBackward(dx.data(), dy.data(), am.data(), g), ShapeError);

@@ -228,6 +228,18 @@ bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias, bool 
                  e->bdDiffSrc.inner == memory::desc({g.n, g.c, g.h, g.w}, dt::f32, tag::nChw16c));
 }
 
+bool conv2dDxBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias) {
+  if (!g.srcNhwc || !g.dstNhwc || g.c % 16 != 0) return false;
+  Entry* e = entry(dev, g, bias);
+  return e && e->bdDiffSrc.inner == memory::desc({g.n, g.c, g.h, g.w}, dt::f32, tag::nChw16c);
+}
+
+bool conv2dWritesBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias) {
+  if (!g.dstNhwc || g.oc % 16 != 0) return false;
+  Entry* e = entry(dev, g, bias);
+  return e && e->dst.inner == memory::desc({g.n, g.oc, g.oh(), g.ow()}, dt::f32, tag::nChw16c);
+}
+
 bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, const float* b,
                          const ConvGeom& g) {
   Entry* e = entry(dev, g, b != nullptr);
@@ -245,11 +257,13 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
     keep = k.data();
   }
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, e->src.in(x, keep)}, {DNNL_ARG_WEIGHTS, e->wei.in(w)}, {DNNL_ARG_DST, e->dst.out(y)},
+      {DNNL_ARG_SRC, e->src.in(x, keep)},
+      {DNNL_ARG_WEIGHTS, e->wei.in(w)},
+      {DNNL_ARG_DST, g.dstBlocked ? memory(e->dst.inner, c.eng, y) : e->dst.out(y)},  // blocked: as it is
       {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
   if (b) args.emplace(DNNL_ARG_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, const_cast<float*>(b)));
   e->fwd.execute(c.stream, args);
-  e->dst.finish(y);
+  if (!g.dstBlocked) e->dst.finish(y);
   c.stream.wait();
   return true;
 }

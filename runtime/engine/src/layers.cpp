@@ -117,6 +117,10 @@ class PlanesPoolSource {
   // on: the convolution computes the pool's output for a batch of n this forward (and spreads
   // its gradient back in backward); off: the pool runs on its own. Null when it cannot.
   virtual const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) = 0;
+  // Whether it reads its input in blocks of 16 channels (Layout::kNchw16c) as it is: a max-pool
+  // channels last, or a ReLU that such a pool applies. (Apart from planes, the one interface
+  // a convolution asks of the module after it.)
+  virtual bool takesBlockedInput() const { return false; }
 };
 
 class Conv2d : public Module {
@@ -140,7 +144,9 @@ class Conv2d : public Module {
   bool roundsInputToBf16() const override { return true; }
   void fuseWithNext(Module& next) override {
     planesNext_ = next.takesPlanarInput();
-    poolNext_ = planesNext_ ? dynamic_cast<PlanesPoolSource*>(&next) : nullptr;
+    auto* source = dynamic_cast<PlanesPoolSource*>(&next);
+    poolNext_ = planesNext_ ? source : nullptr;
+    blockedNext_ = source && source->takesBlockedInput();
   }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
     x_ = &x;
@@ -153,21 +159,27 @@ class Conv2d : public Module {
     g_.planes = g_.dstNhwc && planesNext_ && !needInputGrad_ && conv2dWritesPlanes(ctx.dev, g_);
     if (g_.planes) g_.dstNhwc = false;
     g_.pool = poolNext_ ? poolNext_->fuseIntoConv(ctx, g_.n, g_.planes) : nullptr;
+    // Before a max-pool, y as the primitive computes it (channel blocks) when that is not NHWC:
+    // the pool reads it so, one reorder less. dy still comes back channels last.
+    g_.dstBlocked = false;
+    g_.dstBlocked = blockedNext_ && g_.dstNhwc && !g_.pool && conv2dWritesBlocked16(ctx.dev, g_, bias_);
     // With the pool fused in, y is the pool's: this layer's output is never written or read.
     if (!g_.pool) y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
-    y_.setLayout(g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
+    y_.setLayout(g_.dstBlocked ? Layout::kNchw16c : g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
     conv2dForward(ctx.dev, y_.data(), x.data(), weight(ctx), bias_ ? ctx.params.value(b_) : nullptr, g_);
     // oneDNN backward passes that take dy (and give dx) in channel blocks: say so to the module
     // after (y_), and give dx so when the module before asked (x) and reads nothing else.
     blockedGrads_ = conv2dGradsBlocked16(ctx.dev, g_, bias_, needInputGrad_);
     y_.setBlockedGrad(blockedGrads_);
     y_.setBf16Grad(bf16Products(ctx.dev));  // its backward rounds dy (conv2dBackward)
-    blockedDx_ = blockedGrads_ && chained_ && needInputGrad_ && x.blockedGrad();
+    const bool dxBlocks = blockedGrads_ || (needInputGrad_ && conv2dDxBlocked16(ctx.dev, g_, bias_));
+    blockedDx_ = dxBlocks && chained_ && needInputGrad_ && x.blockedGrad();
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     g_.dyBlocked = dy.layout() == Layout::kNchw16c;
-    XS_CHECK(g_.pool || dy.layout() == y_.layout() || (g_.dyBlocked && blockedGrads_), ShapeError,
+    const Layout dyLayout = g_.dstBlocked ? Layout::kNhwc : y_.layout();  // a blocked y's dy: channels last
+    XS_CHECK(g_.pool || dy.layout() == dyLayout || (g_.dyBlocked && blockedGrads_), ShapeError,
              "conv2d: the gradient's layout differs from the output's");  // fused: the pool's dy
     XS_CHECK(!g_.pool || dy.dtype() == DType::kF32, ShapeError, "conv2d with a fused pool: dy must be float32");
     g_.dxBlocked = blockedDx_;
@@ -190,6 +202,7 @@ class Conv2d : public Module {
   const float* weight(Context& ctx) { return productWeights(ctx, w_, g_.wRounded); }
   bool blockedGrads_ = false, blockedDx_ = false;  // see forward
   bool planesNext_ = false;                         // the module after takes planes (fuseWithNext)
+  bool blockedNext_ = false;                        // ... or channel blocks (takesBlockedInput)
   PlanesPoolSource* poolNext_ = nullptr;            // ... and can be computed in this one's passes
   ConvGeom g_{};
   std::size_t w_ = 0, b_ = 0;
@@ -202,6 +215,7 @@ class Pool2d : public Module, public PlanesPoolSource {
   bool absorbReluBefore() override { return reluBefore_ = kind_ != kAdaptive; }
   void fuseWithNext(Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
   bool takesPlanarInput() const override { return kind_ == kAvg && avgPoolPlanesApply(nchw(g_)); }
+  bool takesBlockedInput() const override { return kind_ == kMax && g_.k <= kMaxNhwcPoolWindow && g_.c % 16 == 0; }
   Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
     expectChw(in, prefix + ": pooling");
     if (kind_ == kAdaptive) {
@@ -240,6 +254,8 @@ class Pool2d : public Module, public PlanesPoolSource {
     // Max- and average pools run in either layout; the adaptive pool pools channels-last input
     // in NCHW (the output stays NCHW, which the next convolution or flatten takes).
     g_.nhwc = x0.layout() == Layout::kNhwc && (kind_ == kAvg || (kind_ == kMax && g_.k <= kMaxNhwcPoolWindow));
+    g_.xBlocked = x0.layout() == Layout::kNchw16c;  // only where takesBlockedInput said so
+    g_.nhwc = g_.nhwc || g_.xBlocked;
     // From planes (NCHW) into the channels last the next layer prefers, in one pass.
     planes_ = kind_ == kAvg && x0.layout() == Layout::kNchw && preferredLayout(ctx.dev) == Layout::kNhwc &&
               avgPoolPlanesApply(g_);
@@ -258,7 +274,7 @@ class Pool2d : public Module, public PlanesPoolSource {
     // Rounded in the pool's pass when the next layer would round it (a max-pool: with its ReLU).
     const bool rounded = (kind_ == kAvg || reluBefore_) && nextRounds_ && bf16Products(ctx.dev);
     y_.ensure(ctx.dev, out, "activations");
-    y_.setLayout(planes_ ? Layout::kNhwc : x.layout());
+    y_.setLayout(planes_ || g_.xBlocked ? Layout::kNhwc : x.layout());
     if (planes_) {
       avgPoolPlanesForward(y_.data(), reluMasks(ctx), x.data(), g_, {.relu = reluBefore_, .roundY = rounded});
     } else if (kind_ == kAvg) {
@@ -293,7 +309,7 @@ class Pool2d : public Module, public PlanesPoolSource {
       fusion_.dy = dy.data();
       return dy;
     }
-    const bool nhwc = x_->layout() == Layout::kNhwc && !g_.nhwc;  // pooled in NCHW
+    const bool nhwc = x_->layout() == Layout::kNhwc && !g_.nhwc;  // pooled in NCHW (a blocked x: never)
     g_.dyBlocked = dy.layout() == Layout::kNchw16c;
     g_.dxBlocked = blockedDx_;
     Tensor& dx = nhwc ? staged_ : dx_;
@@ -361,8 +377,11 @@ class Relu : public Module, public PlanesPoolSource {
     passThrough_ = next.absorbReluBefore();
     nextRounds_ = next.roundsInputToBf16();
     planesNext_ = passThrough_ && next.takesPlanarInput();
-    poolAfter_ = planesNext_ ? dynamic_cast<PlanesPoolSource*>(&next) : nullptr;
+    auto* source = dynamic_cast<PlanesPoolSource*>(&next);
+    poolAfter_ = planesNext_ ? source : nullptr;
+    blockedNext_ = passThrough_ && source && source->takesBlockedInput();
   }
+  bool takesBlockedInput() const override { return blockedNext_; }  // x goes to the pool as it is
   const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) override {  // the pool that applies it
     return poolAfter_ ? poolAfter_->fuseIntoConv(ctx, n, on) : nullptr;
   }
@@ -393,7 +412,7 @@ class Relu : public Module, public PlanesPoolSource {
  private:
   bool passThrough_ = false;
   bool nextRounds_ = false, roundDx_ = false;
-  bool planesNext_ = false;
+  bool planesNext_ = false, blockedNext_ = false;
   PlanesPoolSource* poolAfter_ = nullptr;
 };
 

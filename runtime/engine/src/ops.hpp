@@ -140,6 +140,9 @@ struct ConvGeom {
   bool wRounded = false;  // w is bf16 values already (ParamStore's rounded mirror)
   // dy / dx in blocks of 16 channels ([n, c/16, h, w, 16]): only where conv2dGradsBlocked16 holds.
   bool dyBlocked = false, dxBlocked = false;
+  // y written in blocks of 16 channels ([n, oc/16, oh, ow, 16]) as the primitive computes it,
+  // for a max-pool after it: only where conv2dWritesBlocked16 holds. dy stays as dstNhwc says.
+  bool dstBlocked = false;
   // dw and db are written, not added to (ParamStore::gradSlot): no read of the old gradient.
   bool overwriteGrads = false;
   int oh() const { return (h + 2 * pad - kh) / stride + 1; }
@@ -184,12 +187,20 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
 // one input channel): it then takes g.dyBlocked / g.dxBlocked and skips the reorders it would
 // make from and to NHWC.
 bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx);
+// True when conv2dBackward's data gradient writes dx in blocks of 16 channels itself, whatever
+// layout dy comes in (oneDNN's direct passes, bf16 too): it then takes g.dxBlocked alone.
+bool conv2dDxBlocked16(Device& dev, const ConvGeom& g, bool bias);
+// True when conv2dForward's kernel computes y in blocks of 16 channels (oneDNN's direct bf16
+// primitives, channels last otherwise): it then takes g.dstBlocked and writes y so, skipping
+// its reorder to NHWC, for a max-pool that reads that layout (PoolGeom::xBlocked).
+bool conv2dWritesBlocked16(Device& dev, const ConvGeom& g, bool bias);
 // True when a convolution of g's geometry, channels last otherwise, runs kernels that compute its
 // output's channel planes (one input channel, AVX-512, no input gradient): with g.planes it
 // then writes y and reads dy NCHW as they are, for an average pool that takes planes.
 bool conv2dWritesPlanes(Device& dev, const ConvGeom& g);
-// Whether the layers pass gradients in channel blocks where both sides can (default on; the
-// results are the same bits either way, which a test checks with this switch).
+// Whether the layers pass gradients, and a convolution's output to a max-pool, in channel blocks
+// where both sides can (default on; the results are the same bits either way, which a test
+// checks with this switch).
 void setBlockedGradients(bool on);
 
 // ---- layout conversions: [n, c, hw] <-> [n, hw, c] ----------------------------------------------
@@ -204,6 +215,10 @@ struct PoolGeom {
   // Channels-last max-pool only, c a multiple of 16: dy / dx in blocks of 16 channels
   // ([n, c/16, h, w, 16], oneDNN's nChw16c), as the oneDNN convolutions next to it take them.
   bool dyBlocked = false, dxBlocked = false;
+  // Channels-last max-pool forward only, c a multiple of 16: x in blocks of 16 channels, as the
+  // oneDNN convolution before it writes it (conv2dWritesBlocked16); y and the codes stay
+  // channels last. The same bits as from x channels last.
+  bool xBlocked = false;
   // dx written rounded to bf16, for an emulated bf16 convolution before it that would round it:
   // the average pool with any window, the max-pool channels last with windows that tile only.
   bool dxRounded = false;

@@ -363,6 +363,11 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
   checkGeom(g);
   XS_CHECK(!g.pool || oneChannel(g), ShapeError,
            "conv2d: a fused pool needs the one-channel kernels (ask conv2dWritesPlanes first)");
+  if (g.dstBlocked) {  // only oneDNN's primitives write it (conv2dWritesBlocked16)
+    XS_CHECK(conv2dWritesBlocked16(dev, g, b != nullptr) && detail::conv2dForwardOneDnn(dev, y, x, w, b, g),
+             ShapeError, "conv2d: this convolution does not write y in channel blocks: ask conv2dWritesBlocked16 first");
+    return;
+  }
   if (oneChannel(g)) {
     detail::conv2dForwardOneChannel(dev, y, x, w, b, g);
     return;
@@ -426,6 +431,16 @@ bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
          !detail::useNhwcGemm(g) && !g.dyBf16 && detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
 }
 
+bool conv2dDxBlocked16(Device& dev, const ConvGeom& g, bool bias) {
+  return blockedGradientsSlot() && convBackend() == ConvBackend::kOneDnn && !detail::useNhwcGemm(g) &&
+         !narrowData(g) && !detail::useNhwcGemmWeightGradient(dev, g) && detail::conv2dDxBlocked16OneDnn(dev, g, bias);
+}
+
+bool conv2dWritesBlocked16(Device& dev, const ConvGeom& g, bool bias) {
+  return blockedGradientsSlot() && convBackend() == ConvBackend::kOneDnn && !oneChannel(g) &&
+         !detail::useNhwcGemm(g) && !narrowForward(g) && detail::conv2dWritesBlocked16OneDnn(dev, g, bias);
+}
+
 bool conv2dWritesPlanes(Device& dev, const ConvGeom& g) {
   ConvGeom planar = g;
   planar.dstNhwc = false;
@@ -444,10 +459,11 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     return conv2dBackward(dev, dx, dw, db, dy, x, w, fresh);
   }
   if (g.dyBlocked || g.dxBlocked) {  // only oneDNN's blocked passes take these (conv2dGradsBlocked16)
-    XS_CHECK(conv2dGradsBlocked16(dev, g, db != nullptr, dx != nullptr) &&
-                 detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g),
-             ShapeError, "conv2d: gradients in blocks of 16 channels need oneDNN's blocked backward (fp32, "
-                         "channels last, Winograd or one input channel): ask conv2dGradsBlocked16 first");
+    const bool blocks = g.dyBlocked ? conv2dGradsBlocked16(dev, g, db != nullptr, dx != nullptr)
+                                    : dx && conv2dDxBlocked16(dev, g, db != nullptr);
+    XS_CHECK(blocks && detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g), ShapeError,
+             "conv2d: gradients in blocks of 16 channels need oneDNN's blocked backward (channels last): ask "
+             "conv2dGradsBlocked16 or conv2dDxBlocked16 first");
     return;
   }
   if (dx && narrowData(g)) {

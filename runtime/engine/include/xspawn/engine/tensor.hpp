@@ -27,7 +27,8 @@ struct Shape {
 // How a rank-4 activation [n, c, h, w] is stored: NCHW (PyTorch's default, the interface of
 // every op) or NHWC (channels last: what the bf16 matrix unit reads without a reorder). The
 // shape always names the logical NCHW dims. kNchw16c, [n, c/16, h, w, 16] (oneDNN's nChw16c),
-// only for gradients passed between a convolution's oneDNN backward and a max-pool next to it.
+// only between a convolution's oneDNN primitives and a max-pool next to it: gradients both
+// ways, and the convolution's output where its primitive computes that layout (bf16).
 enum class Layout { kNchw, kNhwc, kNchw16c };
 
 // What a tensor's buffer holds: float32, or bfloat16 values (2 bytes each, packed from the
