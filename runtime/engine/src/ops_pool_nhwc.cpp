@@ -73,69 +73,64 @@ template <int L, PoolEpilogue E>
   std::memcpy(code, at, sizeof at);
 }
 
-// One 2x2 window's `lanes` channels: rows p0 and p1, the second pixel of each ps floats on.
-template <PoolEpilogue E>
-[[gnu::always_inline]] inline void maxOf2x2(float* __restrict y, std::uint16_t* __restrict code,
-                                            const float* __restrict p0, const float* __restrict p1, std::size_t ps,
-                                            int lanes) {
+// 2x2 windows without padding (the convnet's three pools), stride S: the four pixels of a window
+// at fixed offsets 0, 1, 2, 3, the scan over them unrolled and the channel loop vectorised whole.
+// The same scan order and tie rule as windowMax: the first pixel is the start (a -inf there
+// stays with it as the -inf start would), a later one wins if greater or NaN. P = 0: x channels
+// last (pixels c floats apart); P = 16: x in blocks of 16 channels ([n, c/16, h, w, 16], pixels
+// 16 floats apart), taken block by block.
+template <int S, PoolEpilogue E, int P>
+[[gnu::always_inline]] inline void maxPool2x2Forward(float* __restrict y, std::uint16_t* __restrict code,
+                                                     const float* __restrict x, const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c, ps = P > 0 ? P : c;
+  const std::size_t row = static_cast<std::size_t>(g.w) * ps, hw = static_cast<std::size_t>(g.h) * g.w;
+  for (int n = 0; n < g.n; ++n)
+    for (int j = 0; j < c; j += ps) {  // one block of all c channels when channels last
+      const float* img = x + static_cast<std::size_t>(n) * hw * c + (P > 0 ? j * hw : 0);
+      for (int oy = 0; oy < oh; ++oy)
+        for (int ox = 0; ox < ow; ++ox) {
+          const std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c + j;
+          const float* p0 = img + (static_cast<std::size_t>(oy) * S * g.w + static_cast<std::size_t>(ox) * S) * ps;
+          const float* p1 = p0 + row;
 #pragma omp simd
-  for (int k = 0; k < lanes; ++k) {
-    float best = p0[k];
-    std::int32_t at = 0;  // 32-bit lanes as the floats', narrowed at the store (vectorises)
-    const float v1 = p0[ps + k], v2 = p1[k], v3 = p1[ps + k];
-    const bool t1 = (v1 > best) | (v1 != v1);
-    best = t1 ? v1 : best;
-    at = t1 ? 1 : at;
-    const bool t2 = (v2 > best) | (v2 != v2);
-    best = t2 ? v2 : best;
-    at = t2 ? 2 : at;
-    const bool t3 = (v3 > best) | (v3 != v3);
-    best = finish<E>(t3 ? v3 : best);
-    y[k] = best;
-    code[k] = static_cast<std::uint16_t>((t3 ? 3 : at) | passes<E>(best));
-  }
+          for (int k = 0; k < ps; ++k) {
+            float best = p0[k];
+            std::int32_t at = 0;  // 32-bit lanes as the floats', narrowed at the store (vectorises)
+            const float v1 = p0[ps + k], v2 = p1[k], v3 = p1[ps + k];
+            const bool t1 = (v1 > best) | (v1 != v1);
+            best = t1 ? v1 : best;
+            at = t1 ? 1 : at;
+            const bool t2 = (v2 > best) | (v2 != v2);
+            best = t2 ? v2 : best;
+            at = t2 ? 2 : at;
+            const bool t3 = (v3 > best) | (v3 != v3);
+            best = finish<E>(t3 ? v3 : best);
+            y[o + k] = best;
+            code[o + k] = static_cast<std::uint16_t>((t3 ? 3 : at) | passes<E>(best));
+          }
+        }
+    }
 }
 
-// Where x's channels sit: channels last ([n, h, w, c]: pixels c floats apart, one block of c
-// channels) or in blocks of 16 channels ([n, c/16, h, w, 16], the oneDNN convolution's output
-// as it writes it: pixels 16 floats apart, the blocks h * w pixels apart). img(n, j) is image n's
-// pixel 0 at channel j, j at the start of a block.
+// Where x's channels sit for the other windows: channels last ([n, h, w, c]: pixels c floats
+// apart) or in blocks of 16 channels (pixels 16 floats apart, the blocks h * w pixels apart).
+// img(n, j) is image n's pixel 0 at channel j, j at the start of a block when blocked.
 struct InLayout {
   bool blocked;
   int c;
   std::size_t hw;
   std::size_t pixel() const { return blocked ? kBlock : static_cast<std::size_t>(c); }
-  int block() const { return blocked ? kBlock : c; }
   std::size_t img(int n, int j) const { return static_cast<std::size_t>(n) * c * hw + (blocked ? j * hw : j); }
 };
 
-// 2x2 windows without padding (the convnet's three pools), stride S: the four pixels of a window
-// at fixed offsets 0, 1, 2, 3, the scan over them unrolled and the channel loop vectorised whole
-// (a block of channels at a time). The same scan order and tie rule as windowMax: the first
-// pixel is the start (a -inf there stays with it as the -inf start would), a later one wins if
-// greater or NaN.
-template <int S, PoolEpilogue E>
-[[gnu::always_inline]] inline void maxPool2x2Forward(float* __restrict y, std::uint16_t* __restrict code,
-                                                     const float* __restrict x, const PoolGeom& g) {
-  const int oh = g.oh(), ow = g.ow(), c = g.c;
-  const InLayout in{g.xBlocked, c, static_cast<std::size_t>(g.h) * g.w};
-  const std::size_t ps = in.pixel(), row = g.w * ps;
-  const int lanes = in.block();
-  for (int n = 0; n < g.n; ++n)
-    for (int j = 0; j < c; j += lanes)
-      for (int oy = 0; oy < oh; ++oy)
-        for (int ox = 0; ox < ow; ++ox) {
-          const std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * c + j;
-          const float* p0 =
-              x + in.img(n, j) + (static_cast<std::size_t>(oy) * S * g.w + static_cast<std::size_t>(ox) * S) * ps;
-          maxOf2x2<E>(y + o, code + o, p0, p0 + row, ps, lanes);
-        }
-}
-
 template <PoolEpilogue E>
 [[gnu::always_inline]] inline void poolForward(float* y, std::uint16_t* code, const float* x, const PoolGeom& g) {
-  if (g.k == 2 && g.pad == 0 && g.stride == 2) return maxPool2x2Forward<2, E>(y, code, x, g);
-  if (g.k == 2 && g.pad == 0 && g.stride == 1) return maxPool2x2Forward<1, E>(y, code, x, g);
+  if (g.k == 2 && g.pad == 0 && g.stride == 2) {
+    return g.xBlocked ? maxPool2x2Forward<2, E, kBlock>(y, code, x, g) : maxPool2x2Forward<2, E, 0>(y, code, x, g);
+  }
+  if (g.k == 2 && g.pad == 0 && g.stride == 1) {
+    return g.xBlocked ? maxPool2x2Forward<1, E, kBlock>(y, code, x, g) : maxPool2x2Forward<1, E, 0>(y, code, x, g);
+  }
   const int oh = g.oh(), ow = g.ow(), c = g.c;
   const InLayout in{g.xBlocked, c, static_cast<std::size_t>(g.h) * g.w};
   const int ps = static_cast<int>(in.pixel());
