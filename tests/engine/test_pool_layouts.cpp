@@ -2,8 +2,10 @@
 // (PyTorch's scan order and tie rule): values, picked pixels (window codes against plane indices)
 // and gradients, with and without the fused ReLU (and its bf16 rounding), over window shapes that
 // overlap, pad, leave pixels uncovered and split channel blocks; and the same gradients when dy
-// or dx are in channel blocks of 16 (nChw16c); the bf16-rounded gradient and ReLU are the
-// rounded ones; and each kernel refuses the other's geometry.
+// or dx are in channel blocks of 16 (nChw16c), or x (the forward's input); the bf16-rounded
+// gradient and ReLU are the rounded ones; and each kernel refuses the other's geometry. A bf16
+// convolution's output and input gradient in channel blocks are its channels-last values, and
+// an fp32 one's blocked passes take dy channels last with dx in blocks.
 // Every average-pool path (layouts, from planes into channels last, fused ReLU and rounding)
 // against the separate passes.
 #include <gtest/gtest.h>
@@ -102,6 +104,8 @@ TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
       {3, 7, 8, 3, 3, 0},     // the last row and column in no window
       {16, 5, 5, 3, 1, 1},
       {17, 13, 13, 3, 2, 0},  // AlexNet's shape
+      {32, 9, 7, 3, 2, 1},    // padded, whole blocks (x in channel blocks too)
+      {64, 13, 13, 3, 2, 0},
       // 2x2 windows take their own kernels: edges in 1 or 2 windows, uncovered rows and
       // columns, channels not in blocks of 16
       {48, 7, 9, 2, 2, 0},
@@ -205,6 +209,12 @@ TEST(PoolLayouts, EachKernelRefusesTheOtherLayout) {
   g.nhwc = true;
   EXPECT_THROW(maxPool2dForward(y.data(), am.data(), x.data(), g), ShapeError);
   EXPECT_THROW(maxPool2dBackward(x.data(), y.data(), am.data(), g), ShapeError);
+  g.nhwc = false;
+  g.xBlocked = true;  // x in channel blocks: the channels-last max-pool's only
+  EXPECT_THROW(maxPool2dForward(y.data(), am.data(), x.data(), g), ShapeError);
+  EXPECT_THROW(avgPool2dForward(y.data(), x.data(), g, {}), ShapeError);
+  g.nhwc = true;
+  g.xBlocked = false;
   // A window whose offsets would not fit a code: the layer pools it in NCHW instead.
   PoolGeom wide{1, 1, kMaxNhwcPoolWindow + 1, kMaxNhwcPoolWindow + 1, kMaxNhwcPoolWindow + 1, 1, 0};
   wide.nhwc = true;
@@ -394,4 +404,62 @@ TEST(PoolLayouts, AveragePoolRefusesBlockedGradients) {
   EXPECT_THROW(avgPool2dBackward(dx.data(), dy.data(), g), ShapeError);
   g.dyBlocked = false, g.nhwc = false;
   EXPECT_THROW(avgPoolNhwcBackwardPortable(dx.data(), dy.data(), g), ShapeError);
+}
+
+TEST(PoolLayouts, Bf16ConvolutionsWriteBlocksAsTheirNhwcValues) {
+  // Native bf16, where the primitives compute y and dx in channel blocks (conv2dWritesBlocked16,
+  // conv2dDxBlocked16): handed over so, they are the channels-last values bit for bit, and the
+  // weight and bias gradients are the same. The convnet's conv 2 at batch 3.
+  DeviceOptions o;
+  o.precision = Precision::kBf16;
+  Device dev(o);
+  ConvGeom g{3, 32, 13, 13, 64, 3, 3};
+  g.srcNhwc = g.dstNhwc = true;
+  if (!conv2dWritesBlocked16(dev, g, true) || !conv2dDxBlocked16(dev, g, true)) {
+    GTEST_SKIP() << "this CPU's bf16 convolution primitives keep channels last (no AVX512-BF16 without AMX)";
+  }
+  const int hw = g.h * g.w, ohw = g.oh() * g.ow();
+  const auto x = ties(static_cast<std::size_t>(g.n) * g.c * hw, 1, false);
+  const auto w = ties(static_cast<std::size_t>(g.oc) * g.c * 9, 2, false), b = ties(g.oc, 3, false);
+  const auto dy = ties(static_cast<std::size_t>(g.n) * g.oc * ohw, 4, false);
+  std::vector<float> y(dy.size()), yb(dy.size(), 7.f), dx(x.size()), dxb(x.size(), 7.f);
+  std::vector<float> dw(w.size()), dwb(w.size()), db(g.oc), dbb(g.oc);
+  conv2dForward(dev, y.data(), x.data(), w.data(), b.data(), g);
+  conv2dBackward(dev, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), g);
+  ConvGeom gb = g;
+  gb.dstBlocked = true;
+  conv2dForward(dev, yb.data(), x.data(), w.data(), b.data(), gb);
+  EXPECT_TRUE(sameBits(toBlocked(y, g.n, g.oc, ohw), yb)) << "y in channel blocks";
+  gb.dstBlocked = false;
+  gb.dxBlocked = true;  // alone: dy channels last
+  conv2dBackward(dev, dxb.data(), dwb.data(), dbb.data(), dy.data(), x.data(), w.data(), gb);
+  EXPECT_TRUE(sameBits(toBlocked(dx, g.n, g.c, hw), dxb)) << "dx in channel blocks";
+  EXPECT_TRUE(sameBits(dw, dwb) && sameBits(db, dbb)) << "weight and bias gradients";
+  // Where they do not, asking for the layout is an error, not a silent other layout.
+  ConvGeom narrow = g;
+  narrow.oc = 24;
+  narrow.dstBlocked = true;
+  std::vector<float> y24(static_cast<std::size_t>(g.n) * 24 * ohw);
+  EXPECT_THROW(conv2dForward(dev, y24.data(), x.data(), w.data(), b.data(), narrow), ShapeError);
+}
+
+TEST(PoolLayouts, Fp32BlockedPassesTakeEitherSideChannelsLast) {
+  // fp32 Winograd data gradient (conv2dGradsBlocked16 with dx): dx in blocks while dy comes
+  // channels last (the module after it did not hand dy over in blocks), as AlexNet at 224x224
+  // does; dx is the channels-last one in blocks, bit for bit.
+  Device dev;
+  ConvGeom g{10, 64, 56, 56, 64, 3, 3, 1, 1};
+  g.srcNhwc = g.dstNhwc = true;
+  if (!conv2dGradsBlocked16(dev, g, false, true)) GTEST_SKIP() << "no blocked fp32 backward for this geometry here";
+  const int hw = g.h * g.w, ohw = g.oh() * g.ow();
+  const auto x = ties(static_cast<std::size_t>(g.n) * g.c * hw, 5, false);
+  const auto w = ties(static_cast<std::size_t>(g.oc) * g.c * 9, 6, false);
+  const auto dy = ties(static_cast<std::size_t>(g.n) * g.oc * ohw, 7, false);
+  std::vector<float> dx(x.size()), dxb(x.size(), 7.f), dw(w.size()), dwb(w.size());
+  conv2dBackward(dev, dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), g);
+  ConvGeom gb = g;
+  gb.dxBlocked = true;
+  conv2dBackward(dev, dxb.data(), dwb.data(), nullptr, dy.data(), x.data(), w.data(), gb);
+  EXPECT_TRUE(sameBits(toBlocked(dx, g.n, g.c, hw), dxb)) << "dx in channel blocks";
+  EXPECT_TRUE(sameBits(dw, dwb)) << "weight gradient";
 }

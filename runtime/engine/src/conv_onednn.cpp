@@ -229,13 +229,13 @@ bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias, bool 
 }
 
 bool conv2dDxBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias) {
-  if (!g.srcNhwc || !g.dstNhwc || g.c % 16 != 0) return false;
+  if (!nativeBf16(dev) || !g.srcNhwc || !g.dstNhwc || g.c % 16 != 0) return false;
   Entry* e = entry(dev, g, bias);
   return e && e->bdDiffSrc.inner == memory::desc({g.n, g.c, g.h, g.w}, dt::f32, tag::nChw16c);
 }
 
 bool conv2dWritesBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias) {
-  if (!g.dstNhwc || g.oc % 16 != 0) return false;
+  if (!nativeBf16(dev) || !g.dstNhwc || g.oc % 16 != 0) return false;
   Entry* e = entry(dev, g, bias);
   return e && e->dst.inner == memory::desc({g.n, g.oc, g.oh(), g.ow()}, dt::f32, tag::nChw16c);
 }

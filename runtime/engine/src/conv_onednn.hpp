@@ -29,9 +29,10 @@ bool winogradDataGradient(const ConvGeom& g);
 // Backward weights reads diff_dst as nChw16c; with dx, backward data also reads diff_dst and
 // writes diff_src as nChw16c.
 bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias, bool dx);
-// Backward data writes diff_src as nChw16c float32.
+// Native bf16 only (the measured case; fp32 channels last keeps NHWC): backward data writes
+// diff_src as nChw16c float32.
 bool conv2dDxBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias);
-// The forward writes dst as nChw16c float32 (its bf16 primitives).
+// Native bf16 only: the forward writes dst as nChw16c float32.
 bool conv2dWritesBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias);
 
 // src -> bf16 bits, nearest even (vcvtneps2bf16 where the CPU has it). (gemm_onednn.cpp)

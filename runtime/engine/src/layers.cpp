@@ -118,8 +118,8 @@ class PlanesPoolSource {
   // its gradient back in backward); off: the pool runs on its own. Null when it cannot.
   virtual const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) = 0;
   // Whether it reads its input in blocks of 16 channels (Layout::kNchw16c) as it is: a max-pool
-  // channels last, or a ReLU that such a pool applies. (Apart from planes, the one interface
-  // a convolution asks of the module after it.)
+  // channels last over a multiple of 16 channels, or a ReLU that such a pool applies. A
+  // convolution before it then hands its output over in that layout.
   virtual bool takesBlockedInput() const { return false; }
 };
 
@@ -161,7 +161,6 @@ class Conv2d : public Module {
     g_.pool = poolNext_ ? poolNext_->fuseIntoConv(ctx, g_.n, g_.planes) : nullptr;
     // Before a max-pool, y as the primitive computes it (channel blocks) when that is not NHWC:
     // the pool reads it so, one reorder less. dy still comes back channels last.
-    g_.dstBlocked = false;
     g_.dstBlocked = blockedNext_ && g_.dstNhwc && !g_.pool && conv2dWritesBlocked16(ctx.dev, g_, bias_);
     // With the pool fused in, y is the pool's: this layer's output is never written or read.
     if (!g_.pool) y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
@@ -255,6 +254,8 @@ class Pool2d : public Module, public PlanesPoolSource {
     // in NCHW (the output stays NCHW, which the next convolution or flatten takes).
     g_.nhwc = x0.layout() == Layout::kNhwc && (kind_ == kAvg || (kind_ == kMax && g_.k <= kMaxNhwcPoolWindow));
     g_.xBlocked = x0.layout() == Layout::kNchw16c;  // only where takesBlockedInput said so
+    XS_CHECK(!g_.xBlocked || takesBlockedInput(), ShapeError,
+             "pooling: input in channel blocks reaches a pool that does not read them");
     g_.nhwc = g_.nhwc || g_.xBlocked;
     // From planes (NCHW) into the channels last the next layer prefers, in one pass.
     planes_ = kind_ == kAvg && x0.layout() == Layout::kNchw && preferredLayout(ctx.dev) == Layout::kNhwc &&

@@ -188,11 +188,13 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
 // make from and to NHWC.
 bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx);
 // True when conv2dBackward's data gradient writes dx in blocks of 16 channels itself, whatever
-// layout dy comes in (oneDNN's direct passes, bf16 too): it then takes g.dxBlocked alone.
+// layout dy comes in (oneDNN's primitives in native bf16, where they pick that layout): it then
+// takes g.dxBlocked alone.
 bool conv2dDxBlocked16(Device& dev, const ConvGeom& g, bool bias);
-// True when conv2dForward's kernel computes y in blocks of 16 channels (oneDNN's direct bf16
-// primitives, channels last otherwise): it then takes g.dstBlocked and writes y so, skipping
-// its reorder to NHWC, for a max-pool that reads that layout (PoolGeom::xBlocked).
+// True when conv2dForward's kernel computes y in blocks of 16 channels (oneDNN's primitives in
+// native bf16, where they pick that layout; channels last otherwise): it then takes g.dstBlocked
+// and writes y so, skipping its reorder to NHWC, for a max-pool that reads that layout
+// (PoolGeom::xBlocked).
 bool conv2dWritesBlocked16(Device& dev, const ConvGeom& g, bool bias);
 // True when a convolution of g's geometry, channels last otherwise, runs kernels that compute its
 // output's channel planes (one input channel, AVX-512, no input gradient): with g.planes it

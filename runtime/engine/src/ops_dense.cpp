@@ -365,7 +365,8 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
            "conv2d: a fused pool needs the one-channel kernels (ask conv2dWritesPlanes first)");
   if (g.dstBlocked) {  // only oneDNN's primitives write it (conv2dWritesBlocked16)
     XS_CHECK(conv2dWritesBlocked16(dev, g, b != nullptr) && detail::conv2dForwardOneDnn(dev, y, x, w, b, g),
-             ShapeError, "conv2d: this convolution does not write y in channel blocks: ask conv2dWritesBlocked16 first");
+             ShapeError,
+             "conv2d: this convolution does not write y in channel blocks: ask conv2dWritesBlocked16 first");
     return;
   }
   if (oneChannel(g)) {
@@ -459,8 +460,9 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     return conv2dBackward(dev, dx, dw, db, dy, x, w, fresh);
   }
   if (g.dyBlocked || g.dxBlocked) {  // only oneDNN's blocked passes take these (conv2dGradsBlocked16)
-    const bool blocks = g.dyBlocked ? conv2dGradsBlocked16(dev, g, db != nullptr, dx != nullptr)
-                                    : dx && conv2dDxBlocked16(dev, g, db != nullptr);
+    // Both passes in blocks (either side may come or go channels last), or dx alone.
+    const bool blocks = conv2dGradsBlocked16(dev, g, db != nullptr, dx != nullptr) ||
+                        (!g.dyBlocked && dx && conv2dDxBlocked16(dev, g, db != nullptr));
     XS_CHECK(blocks && detail::conv2dBackwardOneDnn(dev, dx, dw, db, dy, x, w, g), ShapeError,
              "conv2d: gradients in blocks of 16 channels need oneDNN's blocked backward (channels last): ask "
              "conv2dGradsBlocked16 or conv2dDxBlocked16 first");

@@ -85,6 +85,7 @@ void maxPoolSmall(float* y, std::int32_t* argmax, const float* x, const PoolGeom
 void maxPool2dForward(float* y, std::int32_t* argmax, const float* x, const PoolGeom& g) {
   checkPool(g, "max-pool");
   XS_CHECK(!g.nhwc, ShapeError, "max-pool: a channels-last geometry takes maxPoolNhwcForward");
+  XS_CHECK(!g.xBlocked, ShapeError, "max-pool: input in channel blocks takes maxPoolNhwcForward");
   if (g.pad == 0 && g.k == 2) {
     maxPoolSmall<2>(y, argmax, x, g);
     return;

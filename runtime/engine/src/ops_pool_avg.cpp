@@ -362,8 +362,8 @@ void nhwcBackwardAvx512(float* dx, const float* dy, const PoolGeom& g, const flo
 
 void checkAvgPool(const PoolGeom& g) {
   checkPool(g, "average-pool");
-  XS_CHECK(!(g.dyBlocked || g.dxBlocked), ShapeError,
-           "average-pool: gradients in channel blocks of 16 are a max-pool's; the average pool takes them "
+  XS_CHECK(!(g.dyBlocked || g.dxBlocked || g.xBlocked), ShapeError,
+           "average-pool: tensors in channel blocks of 16 are a max-pool's; the average pool takes them "
            "channels last (g.nhwc) or NCHW");
 }
 void checkPortable(const PoolGeom& g) {

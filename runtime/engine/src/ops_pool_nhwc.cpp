@@ -145,7 +145,8 @@ template <PoolEpilogue E>
           int j = 0;
           for (; j + kBlock <= perPixel; j += kBlock)
             windowMax<kBlock, E>(y + o + j, code + o + j, x + in.img(n, b * kBlock + j), ps, g.w, g.k, win);
-          for (; j < perPixel; ++j) windowMax<1, E>(y + o + j, code + o + j, x + in.img(n, j), ps, g.w, g.k, win);
+          for (; j < perPixel; ++j)  // channels last only (blocked x has whole blocks)
+            windowMax<1, E>(y + o + j, code + o + j, x + in.img(n, b * kBlock + j), ps, g.w, g.k, win);
         }
 }
 
