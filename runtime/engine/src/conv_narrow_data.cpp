@@ -173,8 +173,7 @@ __attribute__((target("avx512f"))) void rowAvx512(float* dxp, const float* dyRow
 }
 
 // Native bf16: the same over the pairs of o, dyRow the row's bits [ow][oc], read a word (two
-// channels) at a time, and wp
-// tapPairs' words.
+// channels) at a time, and wp tapPairs' words.
 template <int NA, int P>
 XS_DPBF16 void rowPairs(float* dxp, const std::uint16_t* dyRow, const std::uint32_t* wp, const Runs& r) {
   const int ow = r.ow, oq = r.oc / 2, c = r.c, groups = (ow + P - 1) / P;

@@ -171,8 +171,8 @@ class Conv2d : public Module {
     blockedGrads_ = conv2dGradsBlocked16(ctx.dev, g_, bias_, needInputGrad_);
     y_.setBlockedGrad(blockedGrads_);
     y_.setBf16Grad(bf16Products(ctx.dev));  // its backward rounds dy (conv2dBackward)
-    const bool dxBlocks = blockedGrads_ || (needInputGrad_ && conv2dDxBlocked16(ctx.dev, g_, bias_));
-    blockedDx_ = dxBlocks && chained_ && needInputGrad_ && x.blockedGrad();
+    blockedDx_ = chained_ && needInputGrad_ && x.blockedGrad() &&
+                 (blockedGrads_ || conv2dDxBlocked16(ctx.dev, g_, bias_));
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {

@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <immintrin.h>
 #include <utility>
 
@@ -82,13 +81,6 @@ std::uint32_t* xByPairs(Device& dev, const std::uint16_t* x, int batch, int in, 
   return p;
 }
 
-// The pair of weights w[k], w[k + 1] (unaligned).
-std::uint32_t pairAt(const std::uint16_t* w, int k) {
-  std::uint32_t v;
-  std::memcpy(&v, w + k, sizeof v);
-  return v;
-}
-
 // Output rows o0.. (R of them; rows past `out` run on the last row and are dropped): every sum
 // from the bias over pairs of k in order, the batch as V vectors of x's pairs.
 template <int V, int R>
@@ -110,7 +102,7 @@ XS_DPBF16 void forwardRows(float* y, const std::uint32_t* xq, const std::uint16_
     for (int v = 0; v < V; ++v) xv[v] = _mm512_load_si512(xq + (static_cast<std::size_t>(k / 2) * V + v) * kLanes);
 #pragma GCC unroll 24
     for (int r = 0; r < R; ++r) {
-      const __m512i wb = _mm512_set1_epi32(static_cast<int>(last ? row[r][k] : pairAt(row[r], k)));
+      const __m512i wb = _mm512_set1_epi32(static_cast<int>(last ? row[r][k] : wordAt(row[r] + k)));
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (Bh)wb, (Bh)xv[v]);
     }
@@ -182,7 +174,7 @@ XS_DPBF16 void gradColumns(float* dx, const std::uint16_t* dy, const __m512i* st
     const int o = o0 + 2 * q;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m512i d = _mm512_set1_epi32(static_cast<int>(last ? dyRow[r][o] : pairAt(dyRow[r], o)));
+      const __m512i d = _mm512_set1_epi32(static_cast<int>(last ? dyRow[r][o] : wordAt(dyRow[r] + o)));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (Bh)lo, (Bh)d);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (Bh)hi, (Bh)d);
     }

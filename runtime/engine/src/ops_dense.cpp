@@ -423,23 +423,26 @@ bool& blockedGradientsSlot() {
   static bool on = true;
   return on;
 }
+
+// Channel blocks are on, and g's passes run on oneDNN's primitives rather than as GEMMs.
+bool blocksOnOneDnn(const ConvGeom& g) {
+  return blockedGradientsSlot() && convBackend() == ConvBackend::kOneDnn && !detail::useNhwcGemm(g);
+}
 }  // namespace
 
 void setBlockedGradients(bool on) { blockedGradientsSlot() = on; }
 
 bool conv2dGradsBlocked16(Device& dev, const ConvGeom& g, bool bias, bool dx) {
-  return blockedGradientsSlot() && convBackend() == ConvBackend::kOneDnn &&
-         !detail::useNhwcGemm(g) && !g.dyBf16 && detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
+  return blocksOnOneDnn(g) && !g.dyBf16 && detail::conv2dGradsBlocked16OneDnn(dev, g, bias, dx);
 }
 
 bool conv2dDxBlocked16(Device& dev, const ConvGeom& g, bool bias) {
-  return blockedGradientsSlot() && convBackend() == ConvBackend::kOneDnn && !detail::useNhwcGemm(g) &&
-         !narrowData(g) && !detail::useNhwcGemmWeightGradient(dev, g) && detail::conv2dDxBlocked16OneDnn(dev, g, bias);
+  return blocksOnOneDnn(g) && !narrowData(g) && !detail::useNhwcGemmWeightGradient(dev, g) &&
+         detail::conv2dDxBlocked16OneDnn(dev, g, bias);
 }
 
 bool conv2dWritesBlocked16(Device& dev, const ConvGeom& g, bool bias) {
-  return blockedGradientsSlot() && convBackend() == ConvBackend::kOneDnn && !oneChannel(g) &&
-         !detail::useNhwcGemm(g) && !narrowForward(g) && detail::conv2dWritesBlocked16OneDnn(dev, g, bias);
+  return blocksOnOneDnn(g) && !oneChannel(g) && !narrowForward(g) && detail::conv2dWritesBlocked16OneDnn(dev, g, bias);
 }
 
 bool conv2dWritesPlanes(Device& dev, const ConvGeom& g) {

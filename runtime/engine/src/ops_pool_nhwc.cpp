@@ -112,15 +112,18 @@ template <int S, PoolEpilogue E, int P>
     }
 }
 
-// Where x's channels sit for the other windows: channels last ([n, h, w, c]: pixels c floats
-// apart) or in blocks of 16 channels (pixels 16 floats apart, the blocks h * w pixels apart).
-// img(n, j) is image n's pixel 0 at channel j, j at the start of a block when blocked.
-struct InLayout {
+// Where channel j of pixel p of image n sits in a tensor of c channels and hw pixels per image
+// (x, dy or dx): channels last ([n, hw, c]) or in blocks of 16 channels ([n, c/16, hw, 16],
+// oneDNN's nChw16c, which the oneDNN convolutions next to a pool read and write without a reorder).
+struct ChannelLayout {
   bool blocked;
   int c;
   std::size_t hw;
-  std::size_t pixel() const { return blocked ? kBlock : static_cast<std::size_t>(c); }
-  std::size_t img(int n, int j) const { return static_cast<std::size_t>(n) * c * hw + (blocked ? j * hw : j); }
+  std::size_t at(int n, int j, std::size_t p) const {
+    const std::size_t image = static_cast<std::size_t>(n) * c * hw;
+    return blocked ? image + (static_cast<std::size_t>(j) / 16 * hw + p) * 16 + j % 16 : image + p * c + j;
+  }
+  std::size_t pixel() const { return blocked ? 16 : static_cast<std::size_t>(c); }  // between pixels
 };
 
 template <PoolEpilogue E>
@@ -132,7 +135,7 @@ template <PoolEpilogue E>
     return g.xBlocked ? maxPool2x2Forward<1, E, kBlock>(y, code, x, g) : maxPool2x2Forward<1, E, 0>(y, code, x, g);
   }
   const int oh = g.oh(), ow = g.ow(), c = g.c;
-  const InLayout in{g.xBlocked, c, static_cast<std::size_t>(g.h) * g.w};
+  const ChannelLayout in{g.xBlocked, c, static_cast<std::size_t>(g.h) * g.w};
   const int ps = static_cast<int>(in.pixel());
   // Blocked x: block by block, each read in order; channels last: pixel by pixel, all channels.
   const int blocks = in.blocked ? c / kBlock : 1, perPixel = in.blocked ? kBlock : c;
@@ -144,9 +147,9 @@ template <PoolEpilogue E>
           const PoolWindow win(oy, ox, g);
           int j = 0;
           for (; j + kBlock <= perPixel; j += kBlock)
-            windowMax<kBlock, E>(y + o + j, code + o + j, x + in.img(n, b * kBlock + j), ps, g.w, g.k, win);
+            windowMax<kBlock, E>(y + o + j, code + o + j, x + in.at(n, b * kBlock + j, 0), ps, g.w, g.k, win);
           for (; j < perPixel; ++j)  // channels last only (blocked x has whole blocks)
-            windowMax<1, E>(y + o + j, code + o + j, x + in.img(n, b * kBlock + j), ps, g.w, g.k, win);
+            windowMax<1, E>(y + o + j, code + o + j, x + in.at(n, b * kBlock + j, 0), ps, g.w, g.k, win);
         }
 }
 
@@ -163,19 +166,6 @@ void poolForwardReluRounded(float* y, std::uint16_t* code, const float* x, const
   poolForward<PoolEpilogue::kReluRoundedToBf16>(y, code, x, g);
 }
 
-// Where channel j of pixel p of image n sits in a gradient of c channels and hw pixels per image:
-// channels last ([n, hw, c]) or in blocks of 16 channels ([n, c/16, hw, 16], oneDNN's nChw16c,
-// which the oneDNN convolutions next to a pool read and write without a reorder).
-struct GradLayout {
-  bool blocked;
-  int c;
-  std::size_t hw;
-  std::size_t at(int n, int j, std::size_t p) const {
-    const std::size_t image = static_cast<std::size_t>(n) * c * hw;
-    return blocked ? image + (static_cast<std::size_t>(j) / 16 * hw + p) * 16 + j % 16 : image + p * c + j;
-  }
-  std::size_t pixel() const { return blocked ? 16 : static_cast<std::size_t>(c); }  // between pixels
-};
 
 // Channels [0, L) of one window: dy goes to the pixel its code picked if the code passes, +0 to
 // the others. kTiled (windows tile the input: k == stride, no padding) writes each pixel once;
@@ -210,8 +200,8 @@ template <int L, bool kTiled, bool kRound>
 template <bool kTiled, bool kRound>
 [[gnu::always_inline]] inline void poolGrad(float* dx, const float* dy, const std::uint16_t* code, const PoolGeom& g) {
   const int oh = g.oh(), ow = g.ow(), c = g.c;
-  const GradLayout in{g.dxBlocked, c, static_cast<std::size_t>(g.h) * g.w};
-  const GradLayout out{g.dyBlocked, c, static_cast<std::size_t>(oh) * ow};
+  const ChannelLayout in{g.dxBlocked, c, static_cast<std::size_t>(g.h) * g.w};
+  const ChannelLayout out{g.dyBlocked, c, static_cast<std::size_t>(oh) * ow};
   if constexpr (!kTiled) std::memset(dx, 0, g.n * in.hw * c * sizeof(float));
   for (int n = 0; n < g.n; ++n) {
     if constexpr (kTiled)  // rows and columns past the last whole window belong to none: zero
