@@ -175,7 +175,8 @@ int benchCommand(const Invocation& inv) {
       "OP: allreduce, broadcast, allgather, reducescatter\n"
       "              collectives over shared memory beside Open MPI and Gloo\n"
       "    barrier   latency of the checked barrier, per wait policy\n"
-      "    engine    one emulated core's training step against PyTorch (--all: every model, fp32 and bf16, % of peak)\n";
+      "    engine    one emulated core's training step against PyTorch (--all: every model, fp32 and bf16, % of peak;\n"
+      "              --rounds N: medians of N rounds of the whole table)\n";
   if (inv.args.empty() || inv.args[0] == "--help" || inv.args[0] == "-h") {
     if (inv.args.empty()) XS_THROW(UsageError, "bench: which benchmark? try 'xspawn bench --help'");
     std::cout << usage;

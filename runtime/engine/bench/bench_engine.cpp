@@ -12,6 +12,7 @@
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "bench_report.hpp"
@@ -36,6 +37,7 @@ struct Args {
   std::string model = "convnet", precision = "fp32", json, torchScript;
   int batch = 100, imageSize = 0, iters = 10;
   int stepInBackward = 1;  // the SGD step inside backward (Model::setOptimizerInBackward)
+  int rounds = 1;          // --all: the whole table this many times, each row's median
   bool all = false, itersGiven = false;
 };
 
@@ -189,45 +191,124 @@ int run(const Args& a) {
 }
 
 // --all: every built-in model at its `xspawn train` batch (AlexNet also at 64x64), fp32 then
-// bf16, each against the peak of the unit it runs on, with bf16's speed over fp32's.
+// bf16, each against the peak of the unit it runs on, with bf16's speed over fp32's. --rounds N
+// runs the whole table N times over and prints each row's median: a shared machine's memory
+// speed changes in phases of minutes (the FMA probe does not see them, the memory-bound rows
+// do), so every row takes its turn in each phase; each round opens with a memory probe.
 struct Case {
   const char* model;
   int batch, imageSize, iters;
 };
 constexpr Case kAllCases[] = {{"mlp", 64, 0, 50},      {"lenet5", 64, 0, 50},  {"convnet", 16, 0, 50},
                               {"alexnet", 32, 64, 10}, {"alexnet", 32, 224, 3}, {"resnet18", 128, 32, 3}};
+constexpr const char* kPrecisions[] = {"fp32", "bf16"};
+
+// One row of one round.
+struct Measured {
+  Result r;
+  double percent = 0, bf16OverFp32 = 0, memoryGBs = 0;
+  int iters = 0;
+};
+
+template <class Field>
+double medianOf(const std::vector<Measured>& rounds, Field field) {
+  std::vector<double> v;
+  for (const Measured& m : rounds) v.push_back(field(m));
+  return median(v);
+}
+double medianOf(const std::vector<Measured>& rounds, double Measured::*field) {
+  return medianOf(rounds, [field](const Measured& m) { return m.*field; });
+}
+// The medians of the rounds' engine figures and peak.
+bench::Figures medianFigures(const std::vector<Measured>& rounds) {
+  return {medianOf(rounds, [](const Measured& m) { return m.r.eng.imagesPerSecond; }),
+          medianOf(rounds, [](const Measured& m) { return m.r.eng.msPerStep; }),
+          medianOf(rounds, [](const Measured& m) { return m.r.eng.gflops; }),
+          medianOf(rounds, [](const Measured& m) { return m.r.eng.wallMsPerStep; })};
+}
+double medianPeak(const std::vector<Measured>& rounds) {
+  return medianOf(rounds, [](const Measured& m) { return m.r.peak.gflops; });
+}
+
+void printAllHeader(const Args& base) {
+  fmt::print("engine bench --all: one core, forward + backward + SGD step {} backward; bf16 is {} here "
+             "(XS_ENGINE_BF16); median step of each row's thread CPU time{}\n",
+             stepWhere(base), bf16ModeName(bf16Mode()),
+             base.rounds > 1 ? fmt::format("; medians of {} rounds", base.rounds) : "");
+  fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9} {:>9} {:>8} {:>7}  {:<28} {:>9}{}\n", "model", "batch", "image", "prec",
+             "images/s", "ms/step", "GFLOP/s", "% peak", "peak (GFLOP/s, unit)", "bf16/fp32",
+             base.rounds > 1 ? "  % peak range" : "");
+}
+
+// A row: one round's figures, or the medians of several (with the range of their % of peak).
+void printAllRow(const Case& c, const char* precision, const std::vector<Measured>& rounds) {
+  const Measured& first = rounds.front();
+  const bool isBf16 = std::string(precision) == "bf16";
+  const bench::Figures med = medianFigures(rounds);
+  const Peak peak{medianPeak(rounds), first.r.peak.unit};
+  std::string range;
+  if (rounds.size() > 1 && peak.gflops > 0) {
+    auto [lo, hi] = std::minmax_element(rounds.begin(), rounds.end(),
+                                        [](const Measured& a, const Measured& b) { return a.percent < b.percent; });
+    range = fmt::format("  {:.1f}-{:.1f}", lo->percent, hi->percent);
+  }
+  fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9.1f} {:>9.2f} {:>8.1f} {:>7}  {:<28} {:>9}{}\n", c.model, c.batch,
+             first.r.imageSize, precision, med.imagesPerSecond, med.msPerStep, med.gflops,
+             peak.gflops > 0 ? fmt::format("{:.1f}", medianOf(rounds, &Measured::percent)) : "n/a",
+             fmt::format("{:.1f} {}", peak.gflops, peak.unit),
+             isBf16 ? fmt::format("{:.2f}x", medianOf(rounds, &Measured::bf16OverFp32)) : "", range);
+  std::fflush(stdout);
+}
+
+nlohmann::json allRowJson(const Case& c, const char* precision, const Args& base,
+                          const std::vector<Measured>& rounds) {
+  const Measured& first = rounds.front();
+  nlohmann::json each = nlohmann::json::array();
+  for (const Measured& m : rounds)
+    each.push_back({{"engine", figuresJson(m.r.eng)}, {"peak_gflops", m.r.peak.gflops},
+                    {"percent_of_peak", m.percent}, {"memory_gbs", m.memoryGBs}});
+  return {{"model", c.model}, {"batch", c.batch}, {"image_size", first.r.imageSize}, {"precision", precision},
+          {"iters", first.iters}, {"step_in_backward", base.stepInBackward == 1},
+          {"bf16_mode", bf16ModeName(bf16Mode())},
+          {"peak_gflops", medianPeak(rounds)},
+          {"peak_unit", first.r.peak.unit}, {"gflop_per_image", first.r.flopsPerImage / 1e9},
+          {"percent_of_peak", medianOf(rounds, &Measured::percent)}, {"engine", figuresJson(medianFigures(rounds))},
+          {"rounds", each}};
+}
 
 int runAll(const Args& base) {
-  fmt::print("engine bench --all: one core, forward + backward + SGD step {} backward; bf16 is {} here "
-             "(XS_ENGINE_BF16); median step of each row's thread CPU time\n",
-             stepWhere(base), bf16ModeName(bf16Mode()));
-  fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9} {:>9} {:>8} {:>7}  {:<28} {:>9}\n", "model", "batch", "image", "prec",
-             "images/s", "ms/step", "GFLOP/s", "% peak", "peak (GFLOP/s, unit)", "bf16/fp32");
-  nlohmann::json rows = nlohmann::json::array();
-  for (const Case& c : kAllCases) {
-    double fp32Rate = 0;
-    for (const char* precision : {"fp32", "bf16"}) {
+  constexpr std::size_t kRows = std::size(kAllCases) * std::size(kPrecisions);
+  std::vector<std::vector<Measured>> rows(kRows);  // [case * 2 + precision][round]
+  if (base.rounds == 1) printAllHeader(base);
+  std::vector<std::string> memory;
+  for (int round = 0; round < base.rounds; ++round) {
+    const double gbs = bench::measureMemoryGBs();
+    memory.push_back(fmt::format("{:.1f}", gbs));
+    if (base.rounds > 1) fmt::print(stderr, "round {}/{}: memory {} GB/s\n", round + 1, base.rounds, memory.back());
+    for (std::size_t i = 0; i < kRows; ++i) {
+      const Case& c = kAllCases[i / 2];
       Args a = base;
-      a.model = c.model, a.batch = c.batch, a.imageSize = c.imageSize, a.precision = precision;
+      a.model = c.model, a.batch = c.batch, a.imageSize = c.imageSize, a.precision = kPrecisions[i % 2];
       a.iters = base.itersGiven ? base.iters : c.iters;
-      const Result r = benchModel(a);
-      const bool isBf16 = a.precision == "bf16";
-      if (!isBf16) fp32Rate = r.eng.imagesPerSecond;
-      fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9.1f} {:>9.2f} {:>8.1f} {:>7}  {:<28} {:>9}\n", c.model, c.batch,
-                 r.imageSize, precision, r.eng.imagesPerSecond, r.eng.msPerStep, r.eng.gflops,
-                 percentOf(r.eng.gflops, r.peak), fmt::format("{:.1f} {}", r.peak.gflops, r.peak.unit),
-                 isBf16 ? fmt::format("{:.2f}x", r.eng.imagesPerSecond / fp32Rate) : "");
-      std::fflush(stdout);
-      rows.push_back({{"model", c.model}, {"batch", c.batch}, {"image_size", r.imageSize}, {"precision", precision},
-                      {"iters", a.iters}, {"step_in_backward", a.stepInBackward == 1},
-                      {"bf16_mode", bf16ModeName(bf16Mode())}, {"peak_gflops", r.peak.gflops},
-                      {"peak_unit", r.peak.unit}, {"gflop_per_image", r.flopsPerImage / 1e9},
-                      {"engine", figuresJson(r.eng)}});
+      Measured m{benchModel(a)};
+      m.iters = a.iters, m.memoryGBs = gbs;
+      m.percent = m.r.peak.gflops > 0 ? 100 * m.r.eng.gflops / m.r.peak.gflops : 0;
+      if (i % 2) m.bf16OverFp32 = m.r.eng.imagesPerSecond / rows[i - 1].back().r.eng.imagesPerSecond;
+      rows[i].push_back(m);
+      if (base.rounds == 1) printAllRow(c, kPrecisions[i % 2], rows[i]);
     }
   }
+  if (base.rounds > 1) {
+    printAllHeader(base);
+    for (std::size_t i = 0; i < kRows; ++i) printAllRow(kAllCases[i / 2], kPrecisions[i % 2], rows[i]);
+  }
   fmt::print("% peak: nominal FLOPs (3x the forward's multiply-adds x 2) over the peak the bench measured on "
-             "this core right before the row; PyTorch peers: one model at a time (--model)\n");
-  writeJson(base.json, rows);
+             "this core right before the row; PyTorch peers: one model at a time (--model)\n"
+             "memory, one core, read + written ({}): {} GB/s\n",
+             base.rounds > 1 ? "at each round's start" : "at the start", fmt::join(memory, ", "));
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t i = 0; i < kRows; ++i) out.push_back(allRowJson(kAllCases[i / 2], kPrecisions[i % 2], base, rows[i]));
+  writeJson(base.json, out);
   return 0;
 }
 
@@ -247,7 +328,10 @@ int main(int argc, char** argv) {
       ("torch-script", po::value(&a.torchScript), "PyTorch peer script (default: ../scripts/bench_engine_torch.py)")
       ("step-in-backward", po::value(&a.stepInBackward)->default_value(a.stepInBackward),
        "1: xspawn's SGD step inside backward (Model::setOptimizerInBackward); 0: after it, as the PyTorch peer")
-      ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (no PyTorch peers; --iters then applies to every row)");
+      ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (no PyTorch peers; --iters then applies to every row)")
+      ("rounds", po::value(&a.rounds)->default_value(a.rounds),
+       "with --all: run the whole table this many times and print each row's median and the range of its % of "
+       "peak (a shared machine's memory speed changes in phases)");
   try {
     po::variables_map vm;
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
@@ -260,6 +344,9 @@ int main(int argc, char** argv) {
     a.itersGiven = !vm["iters"].defaulted();
     XS_CHECK(a.batch > 0, UsageError, "--batch must be positive");
     XS_CHECK(a.iters > 0, UsageError, "--iters must be positive");
+    XS_CHECK(a.rounds > 0, UsageError, "--rounds must be positive, got " + std::to_string(a.rounds));
+    XS_CHECK(a.all || vm["rounds"].defaulted(), UsageError,
+             "--rounds repeats the --all table: add --all, or repeat a single model's run yourself");
     XS_CHECK(a.imageSize >= 0, UsageError, "--image-size must be 0 or positive");
     XS_CHECK(a.stepInBackward == 0 || a.stepInBackward == 1, UsageError,
              "--step-in-backward must be 0 or 1, got " + std::to_string(a.stepInBackward));

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -111,6 +112,20 @@ double measurePeakGflops(bool bf16) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // 12 accumulators x 16 lanes x 2 flops (fp32 FMA) or x 4 flops (bf16 pair dot product)
     best = std::max(best, iters * 12.0 * 16 * (bf16 ? 4 : 2) / s / 1e9);
+  }
+  return best;
+}
+
+double measureMemoryGBs() {
+  const std::size_t n = std::size_t{16} << 20;  // floats: 64 MiB an array
+  std::vector<float> a(n, 1.f), b(n, 2.f), c(n, 0.f);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < n; ++i) c[i] = a[i] + 0.5f * b[i];
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    gSink = gSink + c[rep];
+    best = std::max(best, 3.0 * n * sizeof(float) / s / 1e9);
   }
   return best;
 }

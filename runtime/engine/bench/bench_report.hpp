@@ -19,6 +19,11 @@ double measurePeakGflops(bool bf16);
 // Measured peak GFLOP/s of this core's AMX unit (tdpbf16ps); 0 when absent or not granted.
 double measureAmxPeakGflops();
 
+// Memory speed one core reaches right now, in GB/s read + written: a sum of two 64 MiB arrays
+// into a third (far past the last-level cache), best of three. A shared machine's memory-bound
+// rows follow it where the FMA probe stays flat.
+double measureMemoryGBs();
+
 struct PeerResult {
   std::optional<Figures> figures;  // empty when the peer could not run
   std::string note;                // why, or the peer's version
