@@ -221,5 +221,48 @@ TEST_F(LauncherTest, TrainRunsTheTrainerOrSaysPlainlyThatItIsNotBuilt) {
   EXPECT_NE(r.err.find("training is not built yet"), std::string::npos) << r.err;
 }
 
+// The flat MPI peer of `bench allreduce` runs at its best: the faster of Open MPI's single copy
+// and its FIFOs at each size, which the note and every JSON row name; a mechanism the user chose
+// is the one it runs, alone.
+std::vector<std::string> singleCopies(const std::string& jsonPath) {
+  std::vector<std::string> out;
+  const nlohmann::json doc = nlohmann::json::parse(readFile(jsonPath));
+  for (const auto& row : doc.at("rows"))
+    out.push_back(row.contains("mpi") ? row["mpi"].value("single_copy", "?") : "no mpi figure");
+  return out;
+}
+
+TEST_F(LauncherTest, BenchRunsFlatMpiAtTheFasterOfItsSharedMemoryPaths) {
+  TempDir dir("bench-mpi");
+  const std::string json = dir.path + "/allreduce.json";
+  Job job = runJob({"--nprocs", "2"}, {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "256K", "--iters",
+                                       "3", "--peers", "mpi", "--json", json});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.out << job.run.err;
+  EXPECT_EQ(linesWith(job.run.out, "# mpi: the faster of Open MPI's single copy (CMA) and copy through its FIFOs "
+                                   "(btl_vader_single_copy_mechanism none) at each size; the FIFOs at ")
+                .size(),
+            1u)
+      << job.run.out;
+  const auto copies = singleCopies(json);
+  EXPECT_EQ(copies.size(), 4u);
+  for (const std::string& c : copies) EXPECT_TRUE(c == "default" || c == "none") << c;
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, BenchKeepsTheSingleCopyMechanismTheUserChose) {
+  TempDir dir("bench-mpi-chosen");
+  const std::string json = dir.path + "/allreduce.json";
+  RunOptions o;
+  o.env = {"OMPI_MCA_btl_vader_single_copy_mechanism=none"};
+  Job job = runJob({"--nprocs", "2"},
+                   {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "64K", "--iters", "3", "--peers", "mpi",
+                    "--json", json},
+                   o);
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.out << job.run.err;
+  EXPECT_TRUE(linesWith(job.run.out, "# mpi:").empty()) << job.run.out;
+  EXPECT_EQ(singleCopies(json), std::vector<std::string>(3, "none"));
+  expectClean(job);
+}
+
 }  // namespace
 }  // namespace xs::test
