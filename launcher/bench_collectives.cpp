@@ -181,7 +181,8 @@ void runSweep(int rank, const BenchConfig& cfg, Results* results) {
     // Zero-copy: the warm-up goes once round the whole rotation, so that every rank has faulted
     // in its peers' buffers through its own mapping before the timing, as the memset above did
     // for its own (a training loop reuses one buffer: it pays those faults at its first step).
-    const int ipWarmup = cfg.zeroCopy && op == "allreduce" ? std::max(cfg.sweep.warmup, rot) : cfg.sweep.warmup;
+    const bool zeroCopy = cfg.zeroCopy && op == "allreduce" && bytes >= cfg.coll.zeroCopyMinBytes;
+    const int ipWarmup = zeroCopy ? std::max(cfg.sweep.warmup, rot) : cfg.sweep.warmup;
     row.ip = bench::timeCalls(
         ipWarmup, iters, [&](int i) { call(inPlaceSrc(inPlace[i % rot]), inPlaceDst(inPlace[i % rot])); }, sync);
     if (cfg.check) {
@@ -252,32 +253,74 @@ std::map<std::size_t, bench::Timing> runPeer(const std::string& command, std::st
   return out;
 }
 
-// Flat Open MPI at its best. Its shared-memory transport (vader) copies a large message once,
-// through the kernel (CMA, process_vm_readv), by default; where that is slow (an AMD EPYC VM:
-// 4-7x slower than copying in and out through its shared FIFOs, docs/benchmarks.md) the peer
-// would run below what Open MPI can do. Unless the user chose the mechanism
-// (OMPI_MCA_btl_vader_single_copy_mechanism), the peer runs both ways and each size keeps the
-// faster; `fifoSizes` gets the sizes where copying through the FIFOs won.
-std::map<std::size_t, bench::Timing> runMpiPeer(const std::string& flags, const std::string& rest, bool userChose,
-                                                std::string& note, std::vector<std::size_t>& fifoSizes) {
-  auto best = runPeer(fmt::format("mpirun {}{} 2>/dev/null", flags, rest), note);
-  if (userChose || best.empty()) return best;
-  std::string fifoNote;
-  for (const auto& [bytes, t] : runPeer(
-           fmt::format("mpirun {}--mca btl_vader_single_copy_mechanism none {} 2>/dev/null", flags, rest), fifoNote)) {
-    auto at = best.find(bytes);
-    if (at != best.end() && t.medianUs >= at->second.medianUs) continue;
-    best[bytes] = t;
-    fifoSizes.push_back(bytes);
-  }
-  return best;
-}
-
 std::string formatBytes(std::size_t b) {
   if (b >= (1u << 20) && b % (1u << 20) == 0) return fmt::format("{}M", b >> 20);
   if (b >= 1024 && b % 1024 == 0) return fmt::format("{}K", b >> 10);
   return fmt::format("{}", b);
 }
+
+// The single-copy mechanism the user chose for Open MPI's shared-memory transport (vader in
+// Open MPI 4, sm in 5), or empty. It goes on mpirun's command line, so it must be one of Open
+// MPI's words. (A choice in an mca-params.conf file is not seen here.)
+std::string chosenSingleCopy() {
+  for (const char* name : {"OMPI_MCA_btl_vader_single_copy_mechanism", "OMPI_MCA_btl_sm_single_copy_mechanism"}) {
+    const char* value = std::getenv(name);
+    if (!value || !*value) continue;
+    const std::string v = value;
+    XS_CHECK(v == "cma" || v == "xpmem" || v == "knem" || v == "emulated" || v == "none", UsageError,
+             fmt::format("{}={}: use cma, xpmem, knem, emulated or none (or unset it)", name, v));
+    return v;
+  }
+  return "";
+}
+
+// Flat Open MPI at its best. Its shared-memory transport copies a large message once, through
+// the kernel (CMA, process_vm_readv), by default; where that is slow (an AMD EPYC VM: 4-7x
+// slower from 64 KiB to 1 MiB than copying in and out through its shared FIFOs,
+// docs/benchmarks.md) the peer would run below what Open MPI can do. Unless the user chose the
+// mechanism, the peer runs both ways and each size keeps the faster; either way alone is used
+// if the other fails.
+struct MpiPeer {
+  std::map<std::size_t, bench::Timing> timing;
+  std::vector<std::size_t> fifoSizes;  // where copying through the FIFOs won
+  std::string singleCopy;              // the mechanism at the other sizes: "default" or the user's
+  std::string note;
+};
+MpiPeer runMpiPeer(const std::string& flags, const std::string& rest, const std::string& chosen) {
+  MpiPeer p;
+  p.singleCopy = chosen;
+  auto command = [&](const std::string& mechanism) {
+    return fmt::format("mpirun {}{}{} 2>/dev/null", flags,
+                       mechanism.empty() ? "" : fmt::format("--mca btl_vader_single_copy_mechanism {} ", mechanism),
+                       rest);
+  };
+  if (!p.singleCopy.empty()) {
+    p.timing = runPeer(command(p.singleCopy), p.note);
+    return p;
+  }
+  p.singleCopy = "default";
+  std::string cmaNote, fifoNote;
+  p.timing = runPeer(command(""), cmaNote);
+  for (const auto& [bytes, t] : runPeer(command("none"), fifoNote)) {
+    auto at = p.timing.find(bytes);
+    if (at != p.timing.end() && t.medianUs >= at->second.medianUs) continue;
+    p.timing[bytes] = t;
+    p.fifoSizes.push_back(bytes);
+  }
+  if (p.timing.empty()) {
+    p.note = fmt::format("failed with the single copy ({}) and through the FIFOs ({})", cmaNote, fifoNote);
+    return p;
+  }
+  std::vector<std::string> sizes;
+  for (std::size_t b : p.fifoSizes) sizes.push_back(formatBytes(b));
+  p.note = fmt::format("the faster of Open MPI's single copy (CMA) and copy through its FIFOs "
+                       "(btl_vader_single_copy_mechanism none) at each size; the FIFOs at {}{}{}",
+                       sizes.empty() ? "none" : fmt::format("{}", fmt::join(sizes, ", ")),
+                       cmaNote.empty() ? "" : "; the single copy " + cmaNote,
+                       fifoNote.empty() ? "" : "; the FIFOs " + fifoNote);
+  return p;
+}
+
 
 }  // namespace
 
@@ -327,6 +370,8 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   if (cfg.sweep.factor < 2) XS_THROW(UsageError, "bench: --factor must be at least 2");
   if (cfg.sweep.iters < 1 || cfg.sweep.warmup < 0) XS_THROW(UsageError, "bench: --iters must be >= 1, --warmup >= 0");
 
+  // Read (and checked) before the job: across machines the peer starts without our OMPI_ variables.
+  const std::string chosenCopy = chosenSingleCopy();
   SpawnOptions o = inv.spawn;
   // Under mpirun, each launcher is one machine of `machines`: the ranks are machines x N.
   const detail::MachinePlace place = detail::detectMachines();
@@ -347,8 +392,7 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   // The peers, after our job (so nobody shares the machine with anybody).
   std::string mpiNote = "not run", glooNote = "not run";
   std::map<std::size_t, bench::Timing> mpi, gloo;
-  std::vector<std::size_t> mpiFifo;      // sizes where the MPI peer copied through its FIFOs
-  std::string mpiSingleCopy = "default";  // the mechanism of the other sizes
+  MpiPeer mpiPeer;
   const std::string peers = vm["peers"].as<std::string>();
   const std::string sweepArgs = fmt::format("{} {} {} {} {} {}", op, cfg.sweep.minBytes, cfg.sweep.maxBytes,
                                             cfg.sweep.factor, cfg.sweep.iters, cfg.sweep.warmup);
@@ -359,14 +403,6 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
       mpiNote = "left out: Open MPI or xspawn-bench-mpi not built";
     } else {
       std::string flags = getuid() == 0 ? "--allow-run-as-root " : "";
-      // The user's choice of Open MPI's single-copy mechanism, passed on explicitly: the flat
-      // peer across machines starts without this launcher's OMPI_ variables (below).
-      const char* chosen = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
-      const bool userChose = chosen != nullptr;
-      if (userChose) {
-        flags += fmt::format("--mca btl_vader_single_copy_mechanism {} ", chosen);
-        mpiSingleCopy = chosen;
-      }
       // The most MPI processes any one machine will hold.
       int perHost = local;
       std::istringstream hosts(results->hosts);
@@ -384,15 +420,9 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
           else ++e;
         }
       }
-      mpiNote = "";
-      mpi = runMpiPeer(flags, fmt::format("-np {} {} {}", world, prog, sweepArgs), userChose, mpiNote, mpiFifo);
-      if (!mpi.empty() && !userChose) {
-        std::vector<std::string> sizes;
-        for (std::size_t b : mpiFifo) sizes.push_back(formatBytes(b));
-        mpiNote = fmt::format("the faster of Open MPI's single copy (CMA) and copy through its FIFOs "
-                              "(btl_vader_single_copy_mechanism none) at each size; the FIFOs at {}",
-                              sizes.empty() ? "none" : fmt::format("{}", fmt::join(sizes, ", ")));
-      }
+      mpiPeer = runMpiPeer(flags, fmt::format("-np {} {} {}", world, prog, sweepArgs), chosenCopy);
+      mpi = mpiPeer.timing;
+      mpiNote = mpiPeer.note;
     }
   }
   if (peers.find("gloo") != std::string::npos && comparable) {
@@ -479,9 +509,10 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
                           {"ip_us", r.ip.medianUs}, {"ip_max_us", r.ip.maxUs}, {"ip_busbw", busIp},
                           {"wrong", cfg.check ? r.wrongOop + r.wrongIp : 0}, {"floor_efficiency", eff}};
     if (mpiBus > 0) {
-      const bool fifo = std::find(mpiFifo.begin(), mpiFifo.end(), r.bytes) != mpiFifo.end();
+      const auto& fifoSizes = mpiPeer.fifoSizes;
+      const bool fifo = std::find(fifoSizes.begin(), fifoSizes.end(), r.bytes) != fifoSizes.end();
       row["mpi"] = {{"time_us", mpi[r.bytes].medianUs}, {"max_us", mpi[r.bytes].maxUs}, {"busbw", mpiBus},
-                    {"single_copy", fifo ? "none" : mpiSingleCopy}};
+                    {"single_copy", fifo ? "none" : mpiPeer.singleCopy}};
     }
     if (glooBus > 0) row["gloo"] = {{"time_us", gloo[r.bytes].medianUs}, {"max_us", gloo[r.bytes].maxUs}, {"busbw", glooBus}};
     doc["rows"].push_back(row);

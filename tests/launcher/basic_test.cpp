@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "job_fixture.hpp"
@@ -232,7 +233,14 @@ std::vector<std::string> singleCopies(const std::string& jsonPath) {
   return out;
 }
 
+// The MPI peer's tests need Open MPI and the peer program beside xspawn.
+bool haveMpiPeer() {
+  const auto peer = std::filesystem::path(XSPAWN_BIN).parent_path() / "xspawn-bench-mpi";
+  return std::filesystem::exists(peer) && std::system("command -v mpirun >/dev/null 2>&1") == 0;
+}
+
 TEST_F(LauncherTest, BenchRunsFlatMpiAtTheFasterOfItsSharedMemoryPaths) {
+  if (!haveMpiPeer()) GTEST_SKIP() << "Open MPI or xspawn-bench-mpi not built";
   TempDir dir("bench-mpi");
   const std::string json = dir.path + "/allreduce.json";
   Job job = runJob({"--nprocs", "2"}, {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "256K", "--iters",
@@ -250,6 +258,7 @@ TEST_F(LauncherTest, BenchRunsFlatMpiAtTheFasterOfItsSharedMemoryPaths) {
 }
 
 TEST_F(LauncherTest, BenchKeepsTheSingleCopyMechanismTheUserChose) {
+  if (!haveMpiPeer()) GTEST_SKIP() << "Open MPI or xspawn-bench-mpi not built";
   TempDir dir("bench-mpi-chosen");
   const std::string json = dir.path + "/allreduce.json";
   RunOptions o;
@@ -261,6 +270,21 @@ TEST_F(LauncherTest, BenchKeepsTheSingleCopyMechanismTheUserChose) {
   ASSERT_EQ(job.run.exitCode, 0) << job.run.out << job.run.err;
   EXPECT_TRUE(linesWith(job.run.out, "# mpi:").empty()) << job.run.out;
   EXPECT_EQ(singleCopies(json), std::vector<std::string>(3, "none"));
+  expectClean(job);
+}
+
+TEST_F(LauncherTest, BenchRefusesASingleCopyMechanismOpenMpiDoesNotKnow) {
+  RunOptions o;
+  o.env = {"OMPI_MCA_btl_vader_single_copy_mechanism=fast; rm -rf x"};
+  Job job = runJob({"--nprocs", "2"}, {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "4K", "--peers", "mpi"},
+                   o);
+  EXPECT_EQ(job.run.exitCode, 2) << job.run.out << job.run.err;
+  EXPECT_EQ(linesWith(job.run.err, "OMPI_MCA_btl_vader_single_copy_mechanism=fast; rm -rf x: use cma, xpmem, knem, "
+                                   "emulated or none (or unset it)")
+                .size(),
+            1u)
+      << job.run.err;
+  EXPECT_TRUE(job.run.out.empty()) << "no sweep before the error: " << job.run.out;
   expectClean(job);
 }
 

@@ -202,6 +202,7 @@ struct Case {
 constexpr Case kAllCases[] = {{"mlp", 64, 0, 50},      {"lenet5", 64, 0, 50},  {"convnet", 16, 0, 50},
                               {"alexnet", 32, 64, 10}, {"alexnet", 32, 224, 3}, {"resnet18", 128, 32, 3}};
 constexpr const char* kPrecisions[] = {"fp32", "bf16"};
+constexpr std::size_t kPrecisionCount = std::size(kPrecisions);
 
 // One row of one round.
 struct Measured {
@@ -234,7 +235,8 @@ void printAllHeader(const Args& base) {
   fmt::print("engine bench --all: one core, forward + backward + SGD step {} backward; bf16 is {} here "
              "(XS_ENGINE_BF16); median step of each row's thread CPU time{}\n",
              stepWhere(base), bf16ModeName(bf16Mode()),
-             base.rounds > 1 ? fmt::format("; medians of {} rounds", base.rounds) : "");
+             base.rounds > 1 ? fmt::format("; medians of {} rounds (bf16/fp32: of each round's ratio)", base.rounds)
+                             : "");
   fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9} {:>9} {:>8} {:>7}  {:<28} {:>9}{}\n", "model", "batch", "image", "prec",
              "images/s", "ms/step", "GFLOP/s", "% peak", "peak (GFLOP/s, unit)", "bf16/fp32",
              base.rounds > 1 ? "  % peak range" : "");
@@ -263,21 +265,26 @@ void printAllRow(const Case& c, const char* precision, const std::vector<Measure
 nlohmann::json allRowJson(const Case& c, const char* precision, const Args& base,
                           const std::vector<Measured>& rounds) {
   const Measured& first = rounds.front();
+  const bool isBf16 = std::string(precision) == "bf16";
+  auto orNull = [](bool has, double v) { return has ? nlohmann::json(v) : nlohmann::json(); };
   nlohmann::json each = nlohmann::json::array();
   for (const Measured& m : rounds)
     each.push_back({{"engine", figuresJson(m.r.eng)}, {"peak_gflops", m.r.peak.gflops},
-                    {"percent_of_peak", m.percent}, {"memory_gbs", m.memoryGBs}});
+                    {"percent_of_peak", orNull(m.r.peak.gflops > 0, m.percent)},
+                    {"bf16_over_fp32", orNull(isBf16, m.bf16OverFp32)}, {"memory_gbs", m.memoryGBs}});
   return {{"model", c.model}, {"batch", c.batch}, {"image_size", first.r.imageSize}, {"precision", precision},
           {"iters", first.iters}, {"step_in_backward", base.stepInBackward == 1},
           {"bf16_mode", bf16ModeName(bf16Mode())},
           {"peak_gflops", medianPeak(rounds)},
           {"peak_unit", first.r.peak.unit}, {"gflop_per_image", first.r.flopsPerImage / 1e9},
-          {"percent_of_peak", medianOf(rounds, &Measured::percent)}, {"engine", figuresJson(medianFigures(rounds))},
+          {"percent_of_peak", orNull(medianPeak(rounds) > 0, medianOf(rounds, &Measured::percent))},
+          {"bf16_over_fp32", orNull(isBf16, medianOf(rounds, &Measured::bf16OverFp32))},
+          {"engine", figuresJson(medianFigures(rounds))},
           {"rounds", each}};
 }
 
 int runAll(const Args& base) {
-  constexpr std::size_t kRows = std::size(kAllCases) * std::size(kPrecisions);
+  constexpr std::size_t kRows = std::size(kAllCases) * kPrecisionCount;
   std::vector<std::vector<Measured>> rows(kRows);  // [case * 2 + precision][round]
   if (base.rounds == 1) printAllHeader(base);
   std::vector<std::string> memory;
@@ -286,28 +293,30 @@ int runAll(const Args& base) {
     memory.push_back(fmt::format("{:.1f}", gbs));
     if (base.rounds > 1) fmt::print(stderr, "round {}/{}: memory {} GB/s\n", round + 1, base.rounds, memory.back());
     for (std::size_t i = 0; i < kRows; ++i) {
-      const Case& c = kAllCases[i / 2];
+      const Case& c = kAllCases[i / kPrecisionCount];
       Args a = base;
-      a.model = c.model, a.batch = c.batch, a.imageSize = c.imageSize, a.precision = kPrecisions[i % 2];
+      a.model = c.model, a.batch = c.batch, a.imageSize = c.imageSize, a.precision = kPrecisions[i % kPrecisionCount];
       a.iters = base.itersGiven ? base.iters : c.iters;
       Measured m{benchModel(a)};
       m.iters = a.iters, m.memoryGBs = gbs;
       m.percent = m.r.peak.gflops > 0 ? 100 * m.r.eng.gflops / m.r.peak.gflops : 0;
-      if (i % 2) m.bf16OverFp32 = m.r.eng.imagesPerSecond / rows[i - 1].back().r.eng.imagesPerSecond;
+      if (i % kPrecisionCount) m.bf16OverFp32 = m.r.eng.imagesPerSecond / rows[i - 1].back().r.eng.imagesPerSecond;
       rows[i].push_back(m);
-      if (base.rounds == 1) printAllRow(c, kPrecisions[i % 2], rows[i]);
+      if (base.rounds == 1) printAllRow(c, kPrecisions[i % kPrecisionCount], rows[i]);
     }
   }
   if (base.rounds > 1) {
     printAllHeader(base);
-    for (std::size_t i = 0; i < kRows; ++i) printAllRow(kAllCases[i / 2], kPrecisions[i % 2], rows[i]);
+    for (std::size_t i = 0; i < kRows; ++i)
+      printAllRow(kAllCases[i / kPrecisionCount], kPrecisions[i % kPrecisionCount], rows[i]);
   }
   fmt::print("% peak: nominal FLOPs (3x the forward's multiply-adds x 2) over the peak the bench measured on "
              "this core right before the row; PyTorch peers: one model at a time (--model)\n"
              "memory, one core, read + written ({}): {} GB/s\n",
              base.rounds > 1 ? "at each round's start" : "at the start", fmt::join(memory, ", "));
   nlohmann::json out = nlohmann::json::array();
-  for (std::size_t i = 0; i < kRows; ++i) out.push_back(allRowJson(kAllCases[i / 2], kPrecisions[i % 2], base, rows[i]));
+  for (std::size_t i = 0; i < kRows; ++i)
+    out.push_back(allRowJson(kAllCases[i / kPrecisionCount], kPrecisions[i % kPrecisionCount], base, rows[i]));
   writeJson(base.json, out);
   return 0;
 }
