@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -282,7 +283,7 @@ std::string chosenSingleCopy() {
 // if the other fails.
 struct MpiPeer {
   std::map<std::size_t, bench::Timing> timing;
-  std::vector<std::size_t> fifoSizes;  // where copying through the FIFOs won
+  std::set<std::size_t> fifoSizes;     // where copying through the FIFOs won
   std::string singleCopy;              // the mechanism at the other sizes: "default" or the user's
   std::string note;
 };
@@ -305,7 +306,7 @@ MpiPeer runMpiPeer(const std::string& flags, const std::string& rest, const std:
     auto at = p.timing.find(bytes);
     if (at != p.timing.end() && t.medianUs >= at->second.medianUs) continue;
     p.timing[bytes] = t;
-    p.fifoSizes.push_back(bytes);
+    p.fifoSizes.insert(bytes);
   }
   if (p.timing.empty()) {
     p.note = fmt::format("failed with the single copy ({}) and through the FIFOs ({})", cmaNote, fifoNote);
@@ -320,7 +321,6 @@ MpiPeer runMpiPeer(const std::string& flags, const std::string& rest, const std:
                        fifoNote.empty() ? "" : "; the FIFOs " + fifoNote);
   return p;
 }
-
 
 }  // namespace
 
@@ -391,8 +391,9 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
 
   // The peers, after our job (so nobody shares the machine with anybody).
   std::string mpiNote = "not run", glooNote = "not run";
-  std::map<std::size_t, bench::Timing> mpi, gloo;
+  std::map<std::size_t, bench::Timing> gloo;
   MpiPeer mpiPeer;
+  const auto& mpi = mpiPeer.timing;
   const std::string peers = vm["peers"].as<std::string>();
   const std::string sweepArgs = fmt::format("{} {} {} {} {} {}", op, cfg.sweep.minBytes, cfg.sweep.maxBytes,
                                             cfg.sweep.factor, cfg.sweep.iters, cfg.sweep.warmup);
@@ -421,7 +422,6 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
         }
       }
       mpiPeer = runMpiPeer(flags, fmt::format("-np {} {} {}", world, prog, sweepArgs), chosenCopy);
-      mpi = mpiPeer.timing;
       mpiNote = mpiPeer.note;
     }
   }
@@ -509,10 +509,9 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
                           {"ip_us", r.ip.medianUs}, {"ip_max_us", r.ip.maxUs}, {"ip_busbw", busIp},
                           {"wrong", cfg.check ? r.wrongOop + r.wrongIp : 0}, {"floor_efficiency", eff}};
     if (mpiBus > 0) {
-      const auto& fifoSizes = mpiPeer.fifoSizes;
-      const bool fifo = std::find(fifoSizes.begin(), fifoSizes.end(), r.bytes) != fifoSizes.end();
-      row["mpi"] = {{"time_us", mpi[r.bytes].medianUs}, {"max_us", mpi[r.bytes].maxUs}, {"busbw", mpiBus},
-                    {"single_copy", fifo ? "none" : mpiPeer.singleCopy}};
+      const bench::Timing& t = mpi.at(r.bytes);
+      row["mpi"] = {{"time_us", t.medianUs}, {"max_us", t.maxUs}, {"busbw", mpiBus},
+                    {"single_copy", mpiPeer.fifoSizes.count(r.bytes) ? "none" : mpiPeer.singleCopy}};
     }
     if (glooBus > 0) row["gloo"] = {{"time_us", gloo[r.bytes].medianUs}, {"max_us", gloo[r.bytes].maxUs}, {"busbw", glooBus}};
     doc["rows"].push_back(row);
