@@ -219,10 +219,11 @@ __attribute__((target("avx512f"))) void weightTile(const DyAt& dy, const float* 
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(d, xv[c], acc[r][c]);
     }
   }
+  const Out sink = out;  // on the stack, out of the stores' reach (linear_rows_bf16.cpp's weightTile)
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) out(acc[r][c], o0 + r, k + c * kLanes, c == C - 1 ? last : __mmask16{0xffff});
+    for (int c = 0; c < C; ++c) sink(acc[r][c], o0 + r, k + c * kLanes, c == C - 1 ? last : __mmask16{0xffff});
 }
 
 // Rows [o0, o0 + R) by columns [k0, k1): tiles of C vectors (R * C <= 24 sums), then single

@@ -227,15 +227,19 @@ XS_DPBF16 void weightTile(const std::uint32_t* dyB, const std::uint32_t* xp, int
       for (int r = 0; r < R; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (Bh)d[r], (Bh)xv);
     }
   }
+  // A copy on the stack whose address never escapes: the epilogue's stores (through intrinsics,
+  // which may alias anything) would otherwise make the compiler reload out's pointers after each
+  // one. 1.09x on AlexNet's fc1 with SGD inside, 1.045x on fc2 (Zen 5).
+  const Out sink = out;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    if constexpr (C % 2 == 0 && requires { out.two(acc[0][0], acc[0][0], 0, 0, last); }) {
+    if constexpr (C % 2 == 0 && requires { sink.two(acc[0][0], acc[0][0], 0, 0, last); }) {
 #pragma GCC unroll 12
       for (int c = 0; c < C; c += 2)
-        out.two(acc[r][c], acc[r][c + 1], o0 + r, k + c * kLanes, c + 1 == C - 1 ? last : __mmask16{0xffff});
+        sink.two(acc[r][c], acc[r][c + 1], o0 + r, k + c * kLanes, c + 1 == C - 1 ? last : __mmask16{0xffff});
     } else {
 #pragma GCC unroll 12
-      for (int c = 0; c < C; ++c) out(acc[r][c], o0 + r, k + c * kLanes, c == C - 1 ? last : __mmask16{0xffff});
+      for (int c = 0; c < C; ++c) sink(acc[r][c], o0 + r, k + c * kLanes, c == C - 1 ? last : __mmask16{0xffff});
     }
   }
 }
