@@ -89,10 +89,10 @@ Vec dwReference(const Case& c, const Bits& dy, const Bits& x) {
 // rows not a multiple of the forward's 24 / V rows or the weight gradient's 4-row tiles, odd,
 // and over the input gradient's chunks of 128 (301: three, the last odd); columns odd and ragged
 // against the tiles of 96 and the strips of 32; and the input gradient's strips packed 16 at a
-// time over several chunks (1100 columns into 260 rows: groups of 16, 16 and 3 strips, the last
-// strip of 12 columns, in each of three chunks).
+// time over several chunks (1100 columns into 261 rows: groups of 16, 16 and 3 strips, the last
+// strip of 12 columns, in each of three chunks, the last of 5 rows, its last pair missing a row).
 const Case kCases[] = {{32, 300, 50}, {5, 17, 31},    {64, 100, 13}, {40, 64, 8},
-                       {1, 3, 1},     {40, 1601, 20}, {13, 70, 301}, {9, 1100, 260}};
+                       {1, 3, 1},     {40, 1601, 20}, {13, 70, 301}, {9, 1100, 261}};
 
 TEST(LinearRowsBf16, ForwardIsTheSumsOfItsPairsBitForBit) {
   if (!useLinearRowsBf16(32, 9216, 4096)) GTEST_SKIP() << "bf16 here runs on AMX or is not native";

@@ -8,14 +8,15 @@
 //                    (R output rows at once, each weight pair broadcast straight from the bits
 //                    row against x's pairs [k / 2][batch] as V vectors: R * V sums)
 //   input gradient:  dx[b][k] = sum over pairs (o, o+1), in order, of w[o][k] * dy[b][o]
-//                    (w's rows packed 128 at a time into strips of 32 columns, two rows
-//                    interleaved; 8 batch rows x 32 columns of sums, dy's pair broadcast)
+//                    (w's rows packed 128 at a time, 16 strips of 32 columns at a time, two
+//                    rows interleaved; 8 batch rows x 32 columns of sums, dy's pair broadcast)
 //   weight gradient: dw[o][k] = sum over pairs (b, b+1), in order, of dy[b][o] * x[b][k]
 //                    (tiles of R rows x C vectors of k in registers, dy's pair broadcast, x from
 //                    panels of 16 columns, each [batch / 2][16 pairs] contiguous)
 //
 // Against oneDNN's bf16 matmul on AlexNet's fc1 (Zen 4, 2 MiB pages): forward 11.2 against
-// 14.5 ms, input gradient 16.3 against 19.3 ms, weight gradient 14.8 against 17.5 ms. Each sum
+// 14.5 ms, input gradient 16.3 against 19.3 ms (packing whole chunks then), weight gradient 14.8
+// against 17.5 ms. Each sum
 // runs from zero (or the bias), its bits independent of the tiling, so the same tiles make the
 // gradient alone (linearBackward) and inside a step (linearBackwardStepped): with SGD inside
 // backward they update the weights straight from the registers, the gradient never written, and
@@ -229,7 +230,7 @@ XS_DPBF16 void weightTile(const std::uint32_t* dyB, const std::uint32_t* xp, int
   }
   // A copy on the stack whose address never escapes: the epilogue's stores (through intrinsics,
   // which may alias anything) would otherwise make the compiler reload out's pointers after each
-  // one. 1.09x on AlexNet's fc1 with SGD inside, 1.045x on fc2 (Zen 5).
+  // one. 1.09-1.17x on AlexNet's fc1 with SGD inside, 1.04-1.08x on fc2 (Zen 5).
   const Out sink = out;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -358,8 +359,8 @@ void linearDataGradientBf16(Device& dev, float* dx, const std::uint16_t* dy, con
   // over the chunks in order, and within a chunk over its pairs in order.
   constexpr int R = 8;
   const int strips = (in + 31) / 32;
-  auto* packed = reinterpret_cast<__m512i*>(
-      dev.scratch(rows::kXtSlot, static_cast<std::size_t>(kPackStrips) * kChunkRows * kLanes));  // 64-byte aligned
+  auto* packed = reinterpret_cast<__m512i*>(  // 64-byte aligned, as every scratch slot
+      dev.scratch(rows::kXtSlot, static_cast<std::size_t>(std::min(strips, kPackStrips)) * kChunkRows * kLanes));
   for (int o0 = 0; o0 < out; o0 += kChunkRows) {
     const int pairs = (std::min(kChunkRows, out - o0) + 1) / 2;
     for (int s0 = 0; s0 < strips; s0 += kPackStrips) {
