@@ -158,7 +158,8 @@ TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
         // side alone and both: the same bits once converted back.
         if (g.c % 16 != 0) continue;
         // x in channel blocks (a bf16 convolution's output as its primitive writes it): the
-        // same pooled values and codes, with each epilogue.
+        // same pooled values and codes, with each epilogue (2x2 windows: by the AVX-512 kernel
+        // where the CPU has AVX-512 BW).
         for (PoolEpilogue e : {PoolEpilogue::kNone, PoolEpilogue::kRelu, PoolEpilogue::kReluRoundedToBf16}) {
           PoolGeom gx = gl;
           gx.xBlocked = true;

@@ -3,14 +3,18 @@
 // contiguous channels; same window scan order and tie rule as the NCHW kernels (PyTorch's), and
 // the same bits. Each output keeps a 16-bit window code (ops.hpp) instead of a plane index, and
 // the forward applies the fused ReLU (and bf16 rounding) itself, so the backward reads neither
-// the pooled values nor 32-bit indices: the pools are bound by memory traffic.
+// the pooled values nor 32-bit indices. The 2x2 forward from x in blocks (the convnet's three
+// pools in bf16) runs on AVX-512 intrinsics where the CPU has them (maxPool2x2Blocked512).
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <immintrin.h>
 #include <limits>
+#include <type_traits>
 
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
+#include "kernel_util.hpp"
 #include "ops.hpp"
 
 namespace xs::engine {
@@ -112,6 +116,63 @@ template <int S, PoolEpilogue E, int P>
     }
 }
 
+// Where a later pixel v wins over the best so far: greater, or NaN.
+__attribute__((target("avx512f"))) inline __mmask16 later(__m512 v, __m512 best) {
+  return static_cast<__mmask16>(_mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+}
+
+// maxPool2x2Forward with x in blocks of 16 channels, written for AVX-512 (BW for the codes'
+// narrowing store): one vector a window, its best value and pixel in registers, the tie rule
+// as one compare of each later pixel (greater, or NaN) and the epilogue as finish<E>'s and
+// passes<E>'s, so the same bits. GCC vectorised the loop above at 256 bits with its masks spread
+// over k-registers: the convnet's three pools (batch 16, bf16's epilogue) took 54, 63 and 20 µs
+// a step that way, 30, 32 and 11 µs this way (Zen 5).
+template <int S, PoolEpilogue E>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Blocked512(float* __restrict y,
+                                                                              std::uint16_t* __restrict code,
+                                                                              const float* __restrict x,
+                                                                              const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c, w = g.w;
+  const std::size_t row = static_cast<std::size_t>(w) * kBlock, hw = static_cast<std::size_t>(g.h) * w;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int n = 0; n < g.n; ++n)
+    for (int j = 0; j < c; j += kBlock) {
+      const float* img = x + static_cast<std::size_t>(n) * hw * c + j * hw;
+      for (int oy = 0; oy < oh; ++oy) {
+        const float* r0 = img + static_cast<std::size_t>(oy) * S * row;
+        std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow) * c + j;
+        for (int ox = 0; ox < ow; ++ox, o += c) {
+          const float* p0 = r0 + static_cast<std::size_t>(ox) * S * kBlock;
+          __m512 best = _mm512_loadu_ps(p0);
+          __m512i at = _mm512_setzero_si512();
+          const __m512 v1 = _mm512_loadu_ps(p0 + kBlock), v2 = _mm512_loadu_ps(p0 + row),
+                       v3 = _mm512_loadu_ps(p0 + row + kBlock);
+          __mmask16 t = later(v1, best);
+          best = _mm512_mask_mov_ps(best, t, v1);
+          at = _mm512_mask_mov_epi32(at, t, _mm512_set1_epi32(1));
+          t = later(v2, best);
+          best = _mm512_mask_mov_ps(best, t, v2);
+          at = _mm512_mask_mov_epi32(at, t, _mm512_set1_epi32(2));
+          t = later(v3, best);
+          best = _mm512_mask_mov_ps(best, t, v3);
+          at = _mm512_mask_mov_epi32(at, t, _mm512_set1_epi32(3));
+          if constexpr (E != PoolEpilogue::kNone) {
+            // finish<E>: max(0, v) keeps v only where 0 < v (NaN and -0 give +0)
+            best = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(zero, best, _CMP_LT_OQ), best);
+            if constexpr (E == PoolEpilogue::kReluRoundedToBf16) best = roundBf16(best);
+            // passes<E>: the value's bits above zero
+            const __mmask16 pass = _mm512_cmpgt_epi32_mask(_mm512_castps_si512(best), _mm512_setzero_si512());
+            at = _mm512_mask_or_epi32(at, pass, at, _mm512_set1_epi32(kPoolPasses));
+          } else {
+            at = _mm512_or_si512(at, _mm512_set1_epi32(kPoolPasses));
+          }
+          _mm512_storeu_ps(y + o, best);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(code + o), _mm512_maskz_cvtepi32_epi16(kAllLanes, at));
+        }
+      }
+    }
+}
+
 // Where channel j of pixel p of image n sits in a tensor of c channels and hw pixels per image
 // (x, dy or dx): channels last ([n, hw, c]) or in blocks of 16 channels ([n, c/16, hw, 16],
 // oneDNN's nChw16c, which the oneDNN convolutions next to a pool read and write without a reorder).
@@ -164,6 +225,32 @@ void poolForwardRelu(float* y, std::uint16_t* code, const float* x, const PoolGe
 XS_POOL_CLONES
 void poolForwardReluRounded(float* y, std::uint16_t* code, const float* x, const PoolGeom& g) {
   poolForward<PoolEpilogue::kReluRoundedToBf16>(y, code, x, g);
+}
+
+bool cpuHasAvx512Bw() {
+  static const bool bw = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return bw;
+}
+
+// The 2x2 blocked pools by maxPool2x2Blocked512 where the CPU has AVX-512 BW: true if it ran.
+bool poolForwardBlocked512(float* y, std::uint16_t* code, const float* x, const PoolGeom& g, PoolEpilogue e) {
+  if (!g.xBlocked || g.k != 2 || g.pad != 0 || (g.stride != 1 && g.stride != 2) || !cpuHasAvx512Bw()) return false;
+  auto run = [&](auto s) {
+    constexpr int S = decltype(s)::value;
+    switch (e) {
+      case PoolEpilogue::kNone: return maxPool2x2Blocked512<S, PoolEpilogue::kNone>(y, code, x, g);
+      case PoolEpilogue::kRelu: return maxPool2x2Blocked512<S, PoolEpilogue::kRelu>(y, code, x, g);
+      case PoolEpilogue::kReluRoundedToBf16:
+        return maxPool2x2Blocked512<S, PoolEpilogue::kReluRoundedToBf16>(y, code, x, g);
+    }
+  };
+  if (g.stride == 1) run(std::integral_constant<int, 1>{});
+  else run(std::integral_constant<int, 2>{});
+  return true;
 }
 
 
@@ -247,6 +334,7 @@ void maxPoolNhwcForward(float* y, std::uint16_t* code, const float* x, const Poo
   checkNhwcPool(g);
   XS_CHECK(!g.xBlocked || g.c % 16 == 0, ShapeError,
            "max-pool: x in channel blocks of 16 needs a multiple of 16 channels, got " + std::to_string(g.c));
+  if (poolForwardBlocked512(y, code, x, g, e)) return;
   switch (e) {
     case PoolEpilogue::kNone: return poolForwardPlain(y, code, x, g);
     case PoolEpilogue::kRelu: return poolForwardRelu(y, code, x, g);
