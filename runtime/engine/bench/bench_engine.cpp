@@ -132,8 +132,10 @@ Result benchModel(const Args& a) {
 
 const char* stepWhere(const Args& a) { return a.stepInBackward ? "inside" : "after"; }
 
+// gflops as % of the peak (0 without a measured peak), and as printed ("n/a" without one).
+double percentOfPeak(double gflops, const Peak& p) { return p.gflops > 0 ? 100 * gflops / p.gflops : 0; }
 std::string percentOf(double gflops, const Peak& p) {
-  return p.gflops > 0 ? fmt::format("{:.1f}", 100 * gflops / p.gflops) : "n/a";
+  return p.gflops > 0 ? fmt::format("{:.1f}", percentOfPeak(gflops, p)) : "n/a";
 }
 
 int run(const Args& a) {
@@ -299,7 +301,7 @@ int runAll(const Args& base) {
       a.iters = base.itersGiven ? base.iters : c.iters;
       Measured m{benchModel(a)};
       m.iters = a.iters, m.memoryGBs = gbs;
-      m.percent = m.r.peak.gflops > 0 ? 100 * m.r.eng.gflops / m.r.peak.gflops : 0;
+      m.percent = percentOfPeak(m.r.eng.gflops, m.r.peak);
       if (i % kPrecisionCount) m.bf16OverFp32 = m.r.eng.imagesPerSecond / rows[i - 1].back().r.eng.imagesPerSecond;
       rows[i].push_back(m);
       if (base.rounds == 1) printAllRow(c, kPrecisions[i % kPrecisionCount], rows[i]);

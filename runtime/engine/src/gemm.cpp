@@ -100,10 +100,7 @@ bool cpuHasBf16() {
 }
 
 bool dpbf16Kernels() {
-  static const bool isa = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && cpuHasBf16();
-  }();
+  static const bool isa = cpuHasAvx512Bw() && cpuHasBf16();
   return isa && !oneDnnRunsAmx();
 }
 
@@ -113,6 +110,14 @@ bool cpuHasAvx512() {
     return __builtin_cpu_supports("avx512f") != 0;
   }();
   return avx512;
+}
+
+bool cpuHasAvx512Bw() {
+  static const bool bw = [] {
+    __builtin_cpu_init();
+    return cpuHasAvx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  }();
+  return bw;
 }
 
 namespace {

@@ -75,6 +75,8 @@ bool oneDnnRunsAmx();
 bool dpbf16Kernels();
 // True when this CPU has AVX-512 (AVX512F): the kernels written with its intrinsics may run.
 bool cpuHasAvx512();
+// The same with AVX512-BW and VL too (16-bit lanes, 256-bit forms of the AVX-512 operations).
+bool cpuHasAvx512Bw();
 // The mask of a 16-lane vector's first n lanes (all of them from 16 on), for AVX-512's masked
 // loads and stores (a __mmask16).
 inline std::uint16_t firstLanes(int n) {

@@ -14,15 +14,15 @@
 //                    (tiles of R rows x C vectors of k in registers, dy's pair broadcast, x from
 //                    panels of 16 columns, each [batch / 2][16 pairs] contiguous)
 //
-// Against oneDNN's bf16 matmul on AlexNet's fc1 (Zen 4, 2 MiB pages): forward 11.2 against
-// 14.5 ms, input gradient 16.3 against 19.3 ms (packing whole chunks then), weight gradient 14.8
-// against 17.5 ms. Each sum
-// runs from zero (or the bias), its bits independent of the tiling, so the same tiles make the
-// gradient alone (linearBackward) and inside a step (linearBackwardStepped): with SGD inside
-// backward they update the weights straight from the registers, the gradient never written, and
-// stream the new bits into the store's mirror for the next forward (Adam's square root and
-// divisions there cost more than its own pass after the gradient). This file is built with
-// -ffp-contract=off (update_rules.hpp): the update has the optimizer's bits.
+// Against oneDNN's bf16 matmul on AlexNet's fc1 (Zen 4, 2 MiB pages): forward 11.2 against 14.5
+// ms, input gradient 16.3 against 19.3 ms (packing whole chunks then), weight gradient 14.8
+// against 17.5 ms. Each sum runs from zero (or the bias), its bits independent of the tiling, so
+// the same tiles make the gradient alone (linearBackward) and inside a step
+// (linearBackwardStepped): with SGD inside backward they update the weights straight from the
+// registers, the gradient never written, and stream the new bits into the store's mirror for the
+// next forward (Adam's square root and divisions there cost more than its own pass after the
+// gradient). This file is built with -ffp-contract=off (update_rules.hpp): the update has the
+// optimizer's bits.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -140,17 +140,12 @@ XS_DPBF16 void packStrips(__m512i* packed, const std::uint16_t* w, int in, int o
     const bool second = o + 1 < out;
     for (int s = s0; s < s1; ++s) {
       const int n = std::min(32, in - 32 * s);
-      __m512i a, b = _mm512_setzero_si512();
       // Whole strips by plain loads: masked ones from memory, even with every lane set, ran
       // 1.11-1.15x slower here on Zen 5 (rows::loadLanes).
-      if (n == 32) {
-        a = _mm512_loadu_si512(row + 32 * s);
-        if (second) b = _mm512_loadu_si512(row + in + 32 * s);
-      } else {
-        const __mmask32 m = static_cast<__mmask32>((1u << n) - 1);
-        a = _mm512_maskz_loadu_epi16(m, row + 32 * s);
-        if (second) b = _mm512_maskz_loadu_epi16(m, row + in + 32 * s);
-      }
+      auto load = [n](const std::uint16_t* p) XS_DPBF16 {
+        return n == 32 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1u << n) - 1), p);
+      };
+      const __m512i a = load(row + 32 * s), b = second ? load(row + in + 32 * s) : _mm512_setzero_si512();
       __m512i* to = packed + (static_cast<std::size_t>(s - s0) * pairs + q) * 2;
       _mm512_store_si512(to, _mm512_unpacklo_epi16(a, b));
       _mm512_store_si512(to + 1, _mm512_unpackhi_epi16(a, b));

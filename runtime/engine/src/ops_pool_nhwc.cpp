@@ -143,19 +143,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Blocked512(f
         std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow) * c + j;
         for (int ox = 0; ox < ow; ++ox, o += c) {
           const float* p0 = r0 + static_cast<std::size_t>(ox) * S * kBlock;
-          __m512 best = _mm512_loadu_ps(p0);
+          const float* px[4] = {p0, p0 + kBlock, p0 + row, p0 + row + kBlock};  // offsets 0-3
+          __m512 best = _mm512_loadu_ps(px[0]);
           __m512i at = _mm512_setzero_si512();
-          const __m512 v1 = _mm512_loadu_ps(p0 + kBlock), v2 = _mm512_loadu_ps(p0 + row),
-                       v3 = _mm512_loadu_ps(p0 + row + kBlock);
-          __mmask16 t = later(v1, best);
-          best = _mm512_mask_mov_ps(best, t, v1);
-          at = _mm512_mask_mov_epi32(at, t, _mm512_set1_epi32(1));
-          t = later(v2, best);
-          best = _mm512_mask_mov_ps(best, t, v2);
-          at = _mm512_mask_mov_epi32(at, t, _mm512_set1_epi32(2));
-          t = later(v3, best);
-          best = _mm512_mask_mov_ps(best, t, v3);
-          at = _mm512_mask_mov_epi32(at, t, _mm512_set1_epi32(3));
+#pragma GCC unroll 3
+          for (int i = 1; i < 4; ++i) {
+            const __m512 v = _mm512_loadu_ps(px[i]);
+            const __mmask16 t = later(v, best);
+            best = _mm512_mask_mov_ps(best, t, v);
+            at = _mm512_mask_mov_epi32(at, t, _mm512_set1_epi32(i));
+          }
           if constexpr (E != PoolEpilogue::kNone) {
             // finish<E>: max(0, v) keeps v only where 0 < v (NaN and -0 give +0)
             best = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(zero, best, _CMP_LT_OQ), best);
@@ -225,15 +222,6 @@ void poolForwardRelu(float* y, std::uint16_t* code, const float* x, const PoolGe
 XS_POOL_CLONES
 void poolForwardReluRounded(float* y, std::uint16_t* code, const float* x, const PoolGeom& g) {
   poolForward<PoolEpilogue::kReluRoundedToBf16>(y, code, x, g);
-}
-
-bool cpuHasAvx512Bw() {
-  static const bool bw = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-  }();
-  return bw;
 }
 
 // The 2x2 blocked pools by maxPool2x2Blocked512 where the CPU has AVX-512 BW: true if it ran.
