@@ -9,6 +9,7 @@
 #include "conv_onednn.hpp"
 #include "gemm.hpp"
 #include "onednn_context.hpp"
+#include "onednn_reorders.hpp"
 #include "xspawn/error.hpp"
 #include "xspawn/engine/tensor.hpp"
 
@@ -23,6 +24,7 @@ struct Port {
   memory::desc user, inner;
   bool same = true;
   dnnl::reorder toInner, toUser;
+  OwnReorder own;  // ours in place of toInner or toUser, where it has one
   Tensor buf;
   void init(Device& dev, const memory::desc& u, const memory::desc& in, bool input) {
     auto& eng = oneDnnContext().eng;
@@ -33,6 +35,7 @@ struct Port {
     buf = Tensor(dev, Shape{static_cast<int>((in.get_size() + 3) / 4)}, "convolution staging");
     if (input) toInner = dnnl::reorder(memory(u, eng, nullptr), memory(in, eng, nullptr));
     else toUser = dnnl::reorder(memory(in, eng, nullptr), memory(u, eng, nullptr));
+    own = input ? OwnReorder::between(u, in) : OwnReorder::between(in, u);
   }
   // The primitive's view of an input at p, converted (into to, or the staging buffer) when the
   // layouts differ.
@@ -41,7 +44,8 @@ struct Port {
     memory um(user, c.eng, const_cast<float*>(p));
     if (same) return um;
     memory im(inner, c.eng, to ? to : buf.data());
-    toInner.execute(c.stream, um, im);
+    if (own) own(p, im.get_data_handle());
+    else toInner.execute(c.stream, um, im);
     return im;
   }
   // Where the primitive writes an output destined for p.
@@ -49,6 +53,7 @@ struct Port {
   void finish(float* p) {
     if (same) return;
     auto& c = oneDnnContext();
+    if (own) return own(buf.data(), p);
     memory im(inner, c.eng, buf.data()), um(user, c.eng, p);
     toUser.execute(c.stream, im, um);
   }

@@ -300,6 +300,84 @@ template <bool kTiled, bool kRound>
   }
 }
 
+// poolGrad's 2x2 windows without padding (stride S, channels in whole blocks of 16), written for
+// AVX-512 BW: a window's 16 codes as one 256-bit vector, each pixel's pick one compare of 16-bit
+// lanes. Stride 2 (tiling) stores each pixel's gradient or +0 once, as kTiled does. Stride 1
+// (overlapping) sums each dx pixel's gradients from the windows over it, in the ascending
+// window order of the scatter it replaces, from +0 with masked adds: adding +0 for a window
+// that did not pick the pixel leaves the sum's bits as they are (it is never -0), so the same
+// bits, with dx written once instead of zeroed and then added to four times.
+// A window's gradient from its dy: 0 + dy as the scalar loop has it (a -0 gradient turns +0),
+// rounded to bf16 with kRound.
+template <bool kRound>
+__attribute__((target("avx512f"))) inline __m512 gradient(const float* t) {
+  const __m512 grad = _mm512_add_ps(_mm512_setzero_ps(), _mm512_loadu_ps(t));
+  if constexpr (kRound) return roundBf16(grad);
+  return grad;
+}
+// The lanes whose window (16 codes) picked pixel `offset` (0-3) and passes dy to it.
+__attribute__((target("avx512bw,avx512vl"))) inline __mmask16 picks(__m256i codes, int offset) {
+  return _mm256_cmpeq_epi16_mask(codes, _mm256_set1_epi16(static_cast<short>(offset | kPoolPasses)));
+}
+
+template <int S, bool kRound>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Backward512(float* dx, const float* dy,
+                                                                               const std::uint16_t* code,
+                                                                               const PoolGeom& g) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c, h = g.h, w = g.w;
+  const ChannelLayout in{g.dxBlocked, c, static_cast<std::size_t>(h) * w};
+  const ChannelLayout out{g.dyBlocked, c, static_cast<std::size_t>(oh) * ow};
+  const std::size_t xs = in.pixel(), ys = out.pixel();
+  const __m512 zero = _mm512_setzero_ps();
+  for (int n = 0; n < g.n; ++n)
+    for (int j = 0; j < c; j += kBlock) {
+      float* d = dx + in.at(n, j, 0);
+      const float* t = dy + out.at(n, j, 0);
+      const std::uint16_t* k = code + static_cast<std::size_t>(n) * oh * ow * c + j;
+      if constexpr (S == 2) {
+        for (int oy = 0; oy < oh; ++oy)
+          for (int ox = 0; ox < ow; ++ox) {
+            const std::size_t p = static_cast<std::size_t>(oy) * ow + ox;
+            const __m512 grad = gradient<kRound>(t + p * ys);
+            const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + p * c));
+            for (int i = 0; i < 4; ++i) {
+              const std::size_t at = (static_cast<std::size_t>(2 * oy + i / 2) * w + 2 * ox + i % 2) * xs;
+              _mm512_storeu_ps(d + at, _mm512_maskz_mov_ps(picks(codes, i), grad));
+            }
+          }
+        // rows and columns past the last whole window belong to none: zero
+        for (int iy = 0; iy < h; ++iy)
+          for (int ix = iy < 2 * oh ? 2 * ow : 0; ix < w; ++ix)
+            _mm512_storeu_ps(d + (static_cast<std::size_t>(iy) * w + ix) * xs, zero);
+      } else {
+        for (int iy = 0; iy < h; ++iy)
+          for (int ix = 0; ix < w; ++ix) {
+            __m512 sum = zero;
+            // windows (iy - 1, ix - 1), (iy - 1, ix), (iy, ix - 1), (iy, ix): the pixel's offset
+            // in each 3, 2, 1, 0
+            for (int i = 0; i < 4; ++i) {
+              const int oy = iy - 1 + i / 2, ox = ix - 1 + i % 2;
+              if (oy < 0 || oy >= oh || ox < 0 || ox >= ow) continue;
+              const std::size_t p = static_cast<std::size_t>(oy) * ow + ox;
+              const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + p * c));
+              sum = _mm512_mask_add_ps(sum, picks(codes, 3 - i), sum, gradient<false>(t + p * ys));
+            }
+            _mm512_storeu_ps(d + (static_cast<std::size_t>(iy) * w + ix) * xs, sum);
+          }
+      }
+    }
+}
+
+// The 2x2 pools' backward by maxPool2x2Backward512 where the CPU has AVX-512 BW: true if it ran.
+bool poolBackward512(float* dx, const float* dy, const std::uint16_t* code, const PoolGeom& g) {
+  if (g.k != 2 || g.pad != 0 || (g.stride != 1 && g.stride != 2) || g.c % kBlock != 0 || !cpuHasAvx512Bw())
+    return false;
+  if (g.stride == 1) maxPool2x2Backward512<1, false>(dx, dy, code, g);
+  else if (g.dxRounded) maxPool2x2Backward512<2, true>(dx, dy, code, g);
+  else maxPool2x2Backward512<2, false>(dx, dy, code, g);
+  return true;
+}
+
 XS_POOL_CLONES
 void poolBackward(float* dx, const float* dy, const std::uint16_t* code, const PoolGeom& g) {
   if (g.tiles() && g.dxRounded) poolGrad<true, true>(dx, dy, code, g);
@@ -337,7 +415,7 @@ void maxPoolNhwcBackward(float* dx, const float* dy, const std::uint16_t* code, 
            "max-pool: gradients in channel blocks of 16 need a multiple of 16 channels, got " + std::to_string(g.c));
   XS_CHECK(!g.dxRounded || g.tiles(), ShapeError,
            "max-pool: a bf16-rounded dx needs windows that tile the input (window = stride, no padding)");
-  poolBackward(dx, dy, code, g);
+  if (!poolBackward512(dx, dy, code, g)) poolBackward(dx, dy, code, g);
 }
 
 }  // namespace xs::engine

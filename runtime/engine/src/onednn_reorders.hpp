@@ -1,0 +1,33 @@
+// onednn_reorders.hpp: the convolutions' frequent layout changes between our tensors and oneDNN's
+// bf16 primitives, on AVX-512 (internal header). oneDNN's own reorders for them ran at 2-4 ns an
+// element (its generic kernel: conv 3 of the convnet, 74k weights, 30 us each way): 5% of the
+// convnet's bf16 step (docs/benchmarks.md).
+#pragma once
+
+#include <dnnl.hpp>
+
+namespace xs::engine::detail {
+
+// A reorder between two layouts done here, as oneDNN's reorder between them would do it on this
+// CPU (float32 to bf16 by vcvtneps2bf16, as its reorder does: nearest even, denormals to zero).
+// The pairs done here, all from float32 with whole blocks of 16 channels:
+//   - weights [oc][ic][kh][kw] (abcd) to bf16 ABcd8b16a2b (the forward's) and ABcd8a16b2a (the
+//     data gradient's): pairs of input or output channels in 32-bit words, 16 lanes of the other;
+//   - weight gradients from ABcd16b16a (the weight gradient's float32 output) to abcd;
+//   - activations channels last (acdb) to channel blocks (aBcd16b), float32 or bf16.
+// Any other pair, or a CPU without AVX512-BF16 (where native bf16 does not run): none, and the
+// caller runs oneDNN's reorder.
+class OwnReorder {
+ public:
+  static OwnReorder between(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+  explicit operator bool() const { return kind_ != kNone; }
+  // src in `from`'s layout to dst in `to`'s (only when *this is true).
+  void operator()(const void* src, void* dst) const;
+
+ private:
+  enum Kind { kNone, kNhwcToBlocks, kNhwcToBf16Blocks, kPairsOverIc, kPairsOverOc, kGradBlocksToPlain };
+  Kind kind_ = kNone;
+  int a_ = 0, b_ = 0, taps_ = 0;  // dims: a, b and c * d (output channels, input channels, taps)
+};
+
+}  // namespace xs::engine::detail
