@@ -1,7 +1,7 @@
 // onednn_reorders.hpp: the convolutions' frequent layout changes between our tensors and oneDNN's
-// bf16 primitives, on AVX-512 (internal header). oneDNN's own reorders for them ran at 2-4 ns an
-// element (its generic kernel: conv 3 of the convnet, 74k weights, 30 us each way): 5% of the
-// convnet's bf16 step (docs/benchmarks.md).
+// bf16 primitives, on AVX-512 (internal header). oneDNN 2.6's reorders for them (its generic
+// kernel) took about 120 us of the convnet's bf16 step on Zen 5 (conv 3's 74k weights: 28 us
+// into each layout, 20 us for its gradient back); these take about 55 (docs/benchmarks.md).
 #pragma once
 
 #include <dnnl.hpp>
