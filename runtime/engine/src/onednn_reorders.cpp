@@ -37,7 +37,7 @@ XS_DPBF16 inline __m512i bf16Lanes(__m512 v) {
 
 // The index vectors of transpose16's rounds (s = 8, 4, 2, 1): lane l of row i (bit s of i clear)
 // keeps its own value where bit s of l is clear and takes row i + s's lane l - s where it is set;
-// row i + s takes row i's lane l + s and keeps its own.
+// row i + s takes row i's lane l + s where that bit is clear and keeps its own where it is set.
 struct TransposeLanes {
   alignas(64) int low[4][kBlock], high[4][kBlock];
   constexpr TransposeLanes() : low{}, high{} {
