@@ -121,8 +121,13 @@ TEST(PoolLayouts, ChannelsLastMatchesNchwBitForBit) {
         const int hw = g.h * g.w, ohw = g.oh() * g.ow();
         const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * hw, ny = static_cast<std::size_t>(g.n) * g.c * ohw;
         auto x = ties(nx, static_cast<unsigned>(cs.c + cs.k), nan);
+        // Gradients whose sums round (so that overlapping windows must add in the same order),
+        // an infinity and a NaN among them.
         auto dy = ties(ny, static_cast<unsigned>(cs.h), false);
+        for (std::size_t i = 0; i < ny; ++i) dy[i] = dy[i] * 1.2345678f + 1e-3f * static_cast<float>(i % 7);
         for (std::size_t i = 0; i < ny; i += 5) dy[i] = -0.f;  // a scatter into zeros makes these +0
+        dy[ny / 3] = std::numeric_limits<float>::infinity();
+        dy[ny / 2 + 1] = std::numeric_limits<float>::quiet_NaN();
         // NCHW reference
         std::vector<float> y(ny), dx(nx);
         std::vector<std::int32_t> am(ny);

@@ -111,7 +111,8 @@ XS_DPBF16 void weightPairs(std::uint32_t* dst, const float* w, int oc, int ic, i
 // read in transposeBlock's row order (input channel, then tap) and transposed back 16 rows at a
 // time into 16 columns of each output channel's row.
 __attribute__((target("avx512f"))) void gradBlocksToPlain(float* dw, const float* g, int oc, int ic, int taps) {
-  const std::size_t ocStride = static_cast<std::size_t>(ic) * taps, block = static_cast<std::size_t>(kBlock) * kBlock * taps;
+  const std::size_t ocStride = static_cast<std::size_t>(ic) * taps;
+  const std::size_t block = static_cast<std::size_t>(kBlock) * kBlock * taps;
   for (int o0 = 0; o0 < oc; o0 += kBlock)
     for (int i0 = 0; i0 < ic; i0 += kBlock, g += block) {
       float* rows = dw + o0 * ocStride + static_cast<std::size_t>(i0) * taps;
@@ -150,7 +151,13 @@ bool is(const memory::desc& d, const memory::dims& dims, dt type, tag t) { retur
 }  // namespace
 
 OwnReorder OwnReorder::between(const memory::desc& from, const memory::desc& to) {
-  static const bool bf16 = cpuHasAvx512Bw() && cpuHasBf16();
+  // oneDNN converts with vcvtneps2bf16 only where it runs at least avx512_core_bf16 (a lower
+  // ONEDNN_MAX_CPU_ISA emulates the conversion): ours matches it there only.
+  static const bool bf16 = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return cpuHasAvx512Bw() && cpuHasBf16() && (isa & need) == need;
+  }();
   OwnReorder r;
   if (!bf16 || from.data.ndims != 4 || to.dims() != from.dims()) return r;
   const memory::dims dims = from.dims();

@@ -15,8 +15,9 @@ namespace xs::engine::detail {
 //     data gradient's): pairs of input or output channels in 32-bit words, 16 lanes of the other;
 //   - weight gradients from ABcd16b16a (the weight gradient's float32 output) to abcd;
 //   - activations channels last (acdb) to channel blocks (aBcd16b), float32 or bf16.
-// Any other pair, or a CPU without AVX512-BF16 (where native bf16 does not run): none, and the
-// caller runs oneDNN's reorder.
+// Any other pair, a CPU without AVX512-BF16, or oneDNN held below avx512_core_bf16
+// (ONEDNN_MAX_CPU_ISA; it then converts without that instruction): none, and the caller runs
+// oneDNN's reorder.
 class OwnReorder {
  public:
   static OwnReorder between(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
@@ -27,7 +28,7 @@ class OwnReorder {
  private:
   enum Kind { kNone, kNhwcToBlocks, kNhwcToBf16Blocks, kPairsOverIc, kPairsOverOc, kGradBlocksToPlain };
   Kind kind_ = kNone;
-  int a_ = 0, b_ = 0, taps_ = 0;  // dims: a, b and c * d (output channels, input channels, taps)
+  int a_ = 0, b_ = 0, taps_ = 0;  // dims a, b and c * d: oc, ic and taps (weights); n, c and pixels
 };
 
 }  // namespace xs::engine::detail

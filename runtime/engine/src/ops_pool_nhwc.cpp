@@ -3,8 +3,9 @@
 // contiguous channels; same window scan order and tie rule as the NCHW kernels (PyTorch's), and
 // the same bits. Each output keeps a 16-bit window code (ops.hpp) instead of a plane index, and
 // the forward applies the fused ReLU (and bf16 rounding) itself, so the backward reads neither
-// the pooled values nor 32-bit indices. The 2x2 forward from x in blocks (the convnet's three
-// pools in bf16) runs on AVX-512 intrinsics where the CPU has them (maxPool2x2Blocked512).
+// the pooled values nor 32-bit indices. The 2x2 windows (the convnet's three pools) run on
+// AVX-512 intrinsics where the CPU has them: the forward from x in blocks
+// (maxPool2x2Blocked512) and the backward (maxPool2x2Backward512).
 #include <algorithm>
 #include <bit>
 #include <cstring>
