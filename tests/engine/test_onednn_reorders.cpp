@@ -81,9 +81,7 @@ bool matchesOneDnn(const Pair& p) {
 
 TEST(OneDnnReorders, MatchOneDnnByteForByte) {
   // Ours where oneDNN converts with vcvtneps2bf16 (ONEDNN_MAX_CPU_ISA may hold it below).
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-  const bool bf16 = cpuHasAvx512Bw() && cpuHasBf16() && (isa & need) == need;
+  const bool bf16 = cpuHasAvx512Bw() && cpuHasBf16() && oneDnnRunsAvx512Bf16();
   const std::vector<memory::dims> weights = {{16, 16, 1, 1}, {64, 32, 3, 3}, {128, 64, 3, 3}, {32, 48, 5, 5},
                                              {48, 16, 11, 11}};
   for (const auto& d : weights) {

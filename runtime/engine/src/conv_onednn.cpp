@@ -23,8 +23,8 @@ using dt = memory::data_type;
 struct Port {
   memory::desc user, inner;
   bool same = true;
-  dnnl::reorder toInner, toUser;
-  OwnReorder own;  // ours in place of toInner or toUser, where it has one
+  dnnl::reorder toInner, toUser;  // built only where `own` has no reorder for the pair
+  OwnReorder own;                  // ours in place of toInner or toUser, where it has one
   Tensor buf;
   void init(Device& dev, const memory::desc& u, const memory::desc& in, bool input) {
     auto& eng = oneDnnContext().eng;
@@ -33,9 +33,10 @@ struct Port {
     same = u == in;
     if (same) return;
     buf = Tensor(dev, Shape{static_cast<int>((in.get_size() + 3) / 4)}, "convolution staging");
+    own = input ? OwnReorder::between(u, in) : OwnReorder::between(in, u);
+    if (own) return;
     if (input) toInner = dnnl::reorder(memory(u, eng, nullptr), memory(in, eng, nullptr));
     else toUser = dnnl::reorder(memory(in, eng, nullptr), memory(u, eng, nullptr));
-    own = input ? OwnReorder::between(u, in) : OwnReorder::between(in, u);
   }
   // The primitive's view of an input at p, converted (into to, or the staging buffer) when the
   // layouts differ.

@@ -68,6 +68,9 @@ void sgemmOneDnn(bool transA, bool transB, int M, int N, int K, const float* A, 
 bool cpuHasBf16();
 // True when oneDNN runs its AMX kernels here: the CPU has AMX and ONEDNN_MAX_CPU_ISA allows it.
 bool oneDnnRunsAmx();
+// True when oneDNN runs at least avx512_core_bf16 here (ONEDNN_MAX_CPU_ISA may hold it below):
+// its bf16 conversions are then vcvtneps2bf16's.
+bool oneDnnRunsAvx512Bf16();
 // True where our own kernels on vdpbf16ps run in native bf16 (the big linear layers', the narrow
 // convolutions'): AVX512-BF16 (with AVX512-BW and VL, as every such CPU has) and oneDNN running
 // no AMX, whose tiles outrun them. On AMD Zen 4 vdpbf16ps makes twice the FMA units'

@@ -73,15 +73,21 @@ dnnl::memory::desc matrixDesc(int rows, int cols, bool trans, dnnl::memory::data
   return dnnl::memory::desc({rows, cols}, dt, strides);
 }
 
+// Whether oneDNN's effective ISA includes every feature of `need`.
+bool oneDnnRuns(dnnl::cpu_isa need) {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & static_cast<unsigned>(need)) == static_cast<unsigned>(need);
+}
 }  // namespace
 
 bool oneDnnRunsAmx() {
-  static const bool amx = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-    return (isa & need) == need;
-  }();
+  static const bool amx = oneDnnRuns(dnnl::cpu_isa::avx512_core_amx);
   return amx;
+}
+
+bool oneDnnRunsAvx512Bf16() {
+  static const bool bf16 = oneDnnRuns(dnnl::cpu_isa::avx512_core_bf16);
+  return bf16;
 }
 
 void sgemmOneDnn(bool transA, bool transB, int M, int N, int K, const float* A, int lda,

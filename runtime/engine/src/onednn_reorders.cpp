@@ -82,7 +82,8 @@ __attribute__((target("avx512f"))) void transposeBlock(float* st, const float* w
   }
 }
 
-// The word of two float vectors' lanes in bf16: lo's in the low half.
+// The word of two float vectors' lanes in bf16: lo's in the low half. (Not kernel_util.hpp's
+// pairWords: its rounding keeps denormals, which oneDNN's conversion makes zeros.)
 XS_DPBF16 inline __m512i pairOf(__m512 lo, __m512 hi) {
   return _mm512_or_si512(bf16Lanes(lo), _mm512_maskz_slli_epi32(kAllLanes, bf16Lanes(hi), 16));
 }
@@ -153,11 +154,7 @@ bool is(const memory::desc& d, const memory::dims& dims, dt type, tag t) { retur
 OwnReorder OwnReorder::between(const memory::desc& from, const memory::desc& to) {
   // oneDNN converts with vcvtneps2bf16 only where it runs at least avx512_core_bf16 (a lower
   // ONEDNN_MAX_CPU_ISA emulates the conversion): ours matches it there only.
-  static const bool bf16 = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    return cpuHasAvx512Bw() && cpuHasBf16() && (isa & need) == need;
-  }();
+  static const bool bf16 = cpuHasAvx512Bw() && cpuHasBf16() && oneDnnRunsAvx512Bf16();
   OwnReorder r;
   if (!bf16 || from.data.ndims != 4 || to.dims() != from.dims()) return r;
   const memory::dims dims = from.dims();
