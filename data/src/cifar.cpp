@@ -1,6 +1,7 @@
 // cifar.cpp: CIFAR-10 binary batches (label byte + 3x32x32 planar RGB per record).
 #include "xspawn/data/cifar.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "file_bytes.hpp"
@@ -25,7 +26,10 @@ void readCifarBatch(const std::filesystem::path& path, Dataset& out) {
   const std::size_t records = bytes.size() / kCifarRecordBytes;
   const std::size_t base = out.labels.size();
   out.labels.resize(base + records);
-  out.pixels.resize((base + records) * kImageBytes);
+  const std::size_t need = (base + records) * kImageBytes;
+  // On 2 MiB pages, growing as a vector does (loadCifar10 reserved all five batches at once).
+  if (need > out.pixels.capacity()) detail::reserveLarge(out.pixels, std::max(need, 2 * out.pixels.capacity()));
+  out.pixels.resize(need);
   for (std::size_t r = 0; r < records; ++r) {
     const std::uint8_t* rec = bytes.data() + r * kCifarRecordBytes;
     if (rec[0] >= out.numClasses) {
@@ -64,6 +68,11 @@ Dataset loadCifar10(const std::filesystem::path& dir, Split split) {
   ds.width = 32;
   ds.numClasses = 10;
   if (split == Split::kTrain) {
+    // Room for the five batches at once: growing batch by batch copied the pixels four times.
+    std::error_code ec;
+    std::size_t bytes = 0;
+    for (int i = 1; i <= 5; ++i) bytes += std::filesystem::file_size(root / ("data_batch_" + std::to_string(i) + ".bin"), ec);
+    if (!ec) detail::reserveLarge(ds.pixels, bytes / kCifarRecordBytes * kImageBytes);
     for (int i = 1; i <= 5; ++i) {
       readCifarBatch(root / ("data_batch_" + std::to_string(i) + ".bin"), ds);
     }

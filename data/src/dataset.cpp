@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "file_bytes.hpp"
 #include "xspawn/data/catalog.hpp"
 #include "xspawn/data/cifar.hpp"
 #include "xspawn/error.hpp"
@@ -19,6 +20,13 @@ std::string joinedNames() {
 }
 
 }  // namespace
+
+std::vector<std::uint8_t> pixelBuffer(std::size_t bytes) {
+  std::vector<std::uint8_t> b;
+  detail::reserveLarge(b, bytes);
+  b.resize(bytes);
+  return b;
+}
 
 Dataset fromMemory(std::string name, Split split, int channels, int height, int width, int numClasses,
                    std::vector<std::uint8_t> pixels, std::vector<std::int32_t> labels) {
@@ -54,7 +62,7 @@ Dataset fromFunction(std::string name, Split split, std::int64_t count, int chan
   XS_CHECK(channels > 0 && height > 0 && width > 0, UsageError,
            "dataset '" + name + "': channels, height and width must be positive");
   const std::size_t per = static_cast<std::size_t>(channels) * height * width;
-  std::vector<std::uint8_t> pixels(per * static_cast<std::size_t>(count));
+  std::vector<std::uint8_t> pixels = pixelBuffer(per * static_cast<std::size_t>(count));
   std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) labels[i] = sample(i, pixels.data() + per * i);
   return fromMemory(std::move(name), split, channels, height, width, numClasses, std::move(pixels), std::move(labels));

@@ -5,6 +5,7 @@
 #include "file_bytes.hpp"
 
 #include <libdeflate.h>
+#include <sys/mman.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@ namespace {
 using Bytes = std::vector<std::uint8_t>;
 
 constexpr std::size_t kOutChunk = 1 << 20;
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
 constexpr std::size_t kMaxPass = std::size_t{1} << 30;  // zlib counts in unsigned int
 constexpr const char* kAgain = "download or copy the file again";
 
@@ -33,7 +35,9 @@ bool gzipAt(const Bytes& in, std::size_t pos) {
 Bytes readRaw(const std::filesystem::path& path, std::uintmax_t size) {
   std::ifstream file(path, std::ios::binary);
   if (!file) XS_THROW(FileNotFoundError, path.string() + ": cannot open (check permissions)");
-  Bytes bytes(static_cast<std::size_t>(size));
+  Bytes bytes;
+  reserveLarge(bytes, static_cast<std::size_t>(size));
+  bytes.resize(static_cast<std::size_t>(size));
   file.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   if (file.bad() || file.gcount() != static_cast<std::streamsize>(bytes.size()))
     XS_THROW(FileNotFoundError, path.string() + ": read error (" + std::to_string(file.gcount()) + " of " +
@@ -96,10 +100,16 @@ class Inflater {
 Bytes gunzipDiagnosed(const std::filesystem::path& path, const Bytes& in) {
   Inflater inflater;
   z_stream& z = inflater.stream();
-  Bytes out(trailerSize(in));
+  Bytes out;
+  reserveLarge(out, trailerSize(in));
+  out.resize(trailerSize(in));
   std::size_t pos = 0, have = 0, member = 0;
   for (;;) {
-    if (have == out.size()) out.resize(out.size() + std::max(kOutChunk, out.size() / 2));
+    if (have == out.size()) {
+      const std::size_t grown = out.size() + std::max(kOutChunk, out.size() / 2);
+      reserveLarge(out, grown);
+      out.resize(grown);
+    }
     z.next_in = const_cast<Bytef*>(in.data() + pos);
     z.avail_in = static_cast<uInt>(std::min(in.size() - pos, kMaxPass));
     z.next_out = out.data() + have;
@@ -140,7 +150,9 @@ struct Decompressor {
 // fits); anything it refuses goes to gunzipDiagnosed for the message.
 Bytes gunzip(const std::filesystem::path& path, const Bytes& in) {
   Decompressor z;
-  Bytes out(trailerSize(in));
+  Bytes out;
+  reserveLarge(out, trailerSize(in));
+  out.resize(trailerSize(in));
   std::size_t pos = 0, have = 0;
   while (pos < in.size()) {
     if (pos > 0 && !gzipAt(in, pos)) return gunzipDiagnosed(path, in);
@@ -148,7 +160,9 @@ Bytes gunzip(const std::filesystem::path& path, const Bytes& in) {
     const libdeflate_result rc = libdeflate_gzip_decompress_ex(z.d, in.data() + pos, in.size() - pos,
                                                                out.data() + have, out.size() - have, &used, &got);
     if (rc == LIBDEFLATE_INSUFFICIENT_SPACE) {
-      out.resize(out.size() + std::max(kOutChunk, out.size()));
+      const std::size_t grown = out.size() + std::max(kOutChunk, out.size());
+      reserveLarge(out, grown);
+      out.resize(grown);
       continue;
     }
     if (rc != LIBDEFLATE_SUCCESS) return gunzipDiagnosed(path, in);
@@ -159,6 +173,17 @@ Bytes gunzip(const std::filesystem::path& path, const Bytes& in) {
 }
 
 }  // namespace
+
+void reserveLarge(std::vector<std::uint8_t>& bytes, std::size_t size) {
+  if (size <= bytes.capacity()) return;
+  bytes.reserve(size);  // allocated, not yet touched (the bytes up to size() are copied, no more)
+  // The whole 2 MiB pages inside the buffer; a kernel without transparent huge pages refuses,
+  // and the buffer keeps 4 KiB pages.
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size();
+  const std::uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  const std::uintptr_t last = (reinterpret_cast<std::uintptr_t>(bytes.data()) + size) / kHugePage * kHugePage;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
 
 std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path) {
   std::error_code ec;
@@ -171,7 +196,8 @@ std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path) {
     XS_THROW(TruncatedError, path.string() + ": empty file (0 bytes) where a gzip stream was expected; the download or copy was interrupted: " +
                                  kAgain);
   }
-  return gzipAt(bytes, 0) ? gunzip(path, bytes) : bytes;
+  if (gzipAt(bytes, 0)) return gunzip(path, bytes);
+  return bytes;  // moved out (a conditional expression would copy it into fresh pages)
 }
 
 }  // namespace xs::data::detail

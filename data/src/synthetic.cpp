@@ -54,7 +54,7 @@ Dataset makeSynthetic(const SyntheticConfig& config, Split split) {
   ds.width = config.width;
   ds.numClasses = config.numClasses;
   const std::size_t image = static_cast<std::size_t>(ds.imageSize());
-  ds.pixels.resize(static_cast<std::size_t>(count) * image);
+  ds.pixels = pixelBuffer(static_cast<std::size_t>(count) * image);
   ds.labels.resize(static_cast<std::size_t>(count));
   const std::uint64_t stream = kSampleStream + (split == Split::kTrain ? 0 : 1);
   for (std::int64_t i = 0; i < count; ++i) {

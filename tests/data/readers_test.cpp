@@ -1,5 +1,11 @@
 // readers_test.cpp: IDX (raw + gzip), CIFAR-10 and synthetic datasets, and dataset selection.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
 
 #include "test_util.hpp"
 #include "xspawn/data/catalog.hpp"
@@ -12,6 +18,33 @@ namespace xs::data {
 namespace {
 
 using test::TempDir;
+
+// Whether the kernel takes madvise(MADV_HUGEPAGE) at all (transparent huge pages built in).
+bool hugePagesAdvisable() {
+  void* probe = mmap(nullptr, 4u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (probe == MAP_FAILED) return false;
+  const bool ok = madvise(probe, 4u << 20, MADV_HUGEPAGE) == 0;
+  munmap(probe, 4u << 20);
+  return ok;
+}
+
+// Whether the mapping that holds `p` was advised for 2 MiB pages: "hg" among its VmFlags.
+bool advisedHuge(const void* p) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> begin >> dash >> end && dash == '-') {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return (line + " ").find(" hg ") != std::string::npos;
+    }
+  }
+  return false;
+}
 
 class IdxReader : public ::testing::TestWithParam<bool> {};  // param: gzip
 
@@ -38,6 +71,44 @@ TEST_P(IdxReader, ReadsImagesAndLabels) {
 
 INSTANTIATE_TEST_SUITE_P(RawAndGzip, IdxReader, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "gzip" : "raw"; });
+
+// Files large enough for whole 2 MiB pages (about 4.7 MB of pixels), raw, gzip, and gzip in two
+// members whose trailer (the last member's size) leaves the output buffer to grow.
+// Whether any whole 2 MiB page of the buffer behind `bytes` (its capacity) was advised: a buffer
+// that grew advises only what it added, so which page depends on where the allocator put it.
+bool advisedHugeSomewhere(const std::vector<std::uint8_t>& bytes) {
+  constexpr std::uintptr_t kPage = std::uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
+  for (std::uintptr_t p = (begin + kPage - 1) / kPage * kPage; p + kPage <= begin + bytes.capacity(); p += kPage)
+    if (advisedHuge(reinterpret_cast<const void*>(p))) return true;
+  return false;
+}
+
+TEST(IdxReader, ReadsLargeFilesIntoBuffersAskedFor2MiBPages) {
+  TempDir dir;
+  const std::uint32_t count = 6000;
+  const test::Bytes idx = test::idxImages(count, 28, 28);
+  const test::Bytes expected(idx.begin() + 16, idx.end());
+  test::writeFile(dir.path() / "raw-ubyte", idx);
+  test::writeFile(dir.path() / "one.gz", idx);
+  test::writeFile(dir.path() / "head.gz", test::Bytes(idx.begin(), idx.begin() + (4 << 20)));
+  test::writeFile(dir.path() / "tail.gz", test::Bytes(idx.begin() + (4 << 20), idx.end()));
+  test::Bytes two = test::readRaw(dir.path() / "head.gz");
+  const test::Bytes tail = test::readRaw(dir.path() / "tail.gz");
+  two.insert(two.end(), tail.begin(), tail.end());
+  test::writeFile(dir.path() / "two-members", two);  // gzip by content, not by name
+  const bool advisable = hugePagesAdvisable();
+  for (const char* name : {"raw-ubyte", "one.gz", "two-members"}) {
+    SCOPED_TRACE(name);
+    const IdxImages images = readIdxImages(dir.path() / name);
+    EXPECT_EQ(images.count, count);
+    ASSERT_EQ(images.pixels.size(), expected.size());
+    EXPECT_TRUE(images.pixels == expected);
+    if (advisable) {
+      EXPECT_TRUE(advisedHugeSomewhere(images.pixels));
+    }
+  }
+}
 
 TEST(IdxReader, PrefersTheRawFileOverGzip) {
   TempDir dir;
@@ -190,6 +261,19 @@ TEST(Catalog, DefaultIsFashionMnistWhenPresentElseSynthetic) {
   EXPECT_EQ(found.spec.name, "fashion-mnist");
   EXPECT_EQ(found.spec.dir, dir.path());
   EXPECT_TRUE(found.notice.empty());
+}
+
+TEST(OwnData, PixelBufferIsZeroedAndAskedFor2MiBPages) {
+  EXPECT_TRUE(pixelBuffer(0).empty());
+  const std::vector<std::uint8_t> small = pixelBuffer(5);
+  EXPECT_EQ(small, std::vector<std::uint8_t>(5, 0));
+  const std::size_t bytes = std::size_t{16} << 20;
+  const std::vector<std::uint8_t> big = pixelBuffer(bytes);
+  ASSERT_EQ(big.size(), bytes);
+  EXPECT_EQ(std::count(big.begin(), big.end(), std::uint8_t{0}), static_cast<std::ptrdiff_t>(bytes));
+  if (!hugePagesAdvisable()) GTEST_SKIP() << "madvise(MADV_HUGEPAGE) is refused here (a kernel without THP)";
+  EXPECT_TRUE(advisedHuge(big.data() + bytes / 2));
+  EXPECT_FALSE(advisedHuge(small.data()));  // a heap block: no whole 2 MiB page to advise
 }
 
 TEST(OwnData, FromFunctionFillsInOrderAndFromMemoryChecks) {
