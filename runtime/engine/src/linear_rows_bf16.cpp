@@ -18,10 +18,10 @@
 // ms, input gradient 16.3 against 19.3 ms (packing whole chunks then), weight gradient 14.8
 // against 17.5 ms. Each sum runs from zero (or the bias), its bits independent of the tiling, so
 // the same tiles make the gradient alone (linearBackward) and inside a step
-// (linearBackwardStepped): with SGD inside backward they update the weights straight from the
-// registers, the gradient never written, and stream the new bits into the store's mirror for the
-// next forward (Adam's square root and divisions there cost more than its own pass after the
-// gradient). This file is built with -ffp-contract=off (update_rules.hpp): the update has the
+// (linearBackwardStepped): with SGD inside backward they write 4 rows' gradient into a buffer
+// in L2, which steps those rows' weights one row at a time and streams the new bits into the
+// store's mirror for the next forward (weightSteps; Adam's square root and divisions there cost
+// more than its own pass after the gradient). This file is built with -ffp-contract=off (update_rules.hpp): the update has the
 // optimizer's bits.
 #include <algorithm>
 #include <array>
@@ -225,19 +225,12 @@ XS_DPBF16 void weightTile(const std::uint32_t* dyB, const std::uint32_t* xp, int
   }
   // A copy on the stack whose address never escapes: the epilogue's stores (through intrinsics,
   // which may alias anything) would otherwise make the compiler reload out's pointers after each
-  // one. 1.09-1.17x on AlexNet's fc1 with SGD inside, 1.04-1.08x on fc2 (Zen 5).
+  // one (1.09-1.17x on AlexNet's fc1 on Zen 5, when the step still ran in this epilogue).
   const Out sink = out;
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    if constexpr (C % 2 == 0 && requires { sink.two(acc[0][0], acc[0][0], 0, 0, last); }) {
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 12
-      for (int c = 0; c < C; c += 2)
-        sink.two(acc[r][c], acc[r][c + 1], o0 + r, k + c * kLanes, c + 1 == C - 1 ? last : __mmask16{0xffff});
-    } else {
-#pragma GCC unroll 12
-      for (int c = 0; c < C; ++c) sink(acc[r][c], o0 + r, k + c * kLanes, c == C - 1 ? last : __mmask16{0xffff});
-    }
-  }
+    for (int c = 0; c < C; ++c) sink(acc[r][c], o0 + r, k + c * kLanes, c == C - 1 ? last : __mmask16{0xffff});
 }
 
 // Rows [o0, o0 + R) by columns [k0, k1): tiles of C vectors, then single ones, the last masked.
@@ -313,6 +306,52 @@ void weightGradient(Device& dev, const std::uint16_t* dy, const std::uint16_t* x
   const std::uint32_t* xp = toPairPanels(dev, x, batch, in, pairs);
   for (int o0 = 0; o0 < out; o0 += kTileRows)
     weightRows(std::min(kTileRows, out - o0), dyB, xp, pairs, o0, 0, in, into);
+}
+
+// With a step: each kTileRows rows' gradient into a buffer of theirs (in L2, from the same tiles,
+// so the same sums), then the step over those rows one row at a time. Stepped from the tiles'
+// registers, the update's streams (weights and momentum read and written, the bits written: 18
+// bytes a weight) ran four rows abreast in pieces of 96 columns and did not overlap the tiles'
+// sums; one row at a time they stream at the rate of a plain loop. AlexNet 64's bf16 step on
+// Zen 5: 1.05x (1.03x in a slower phase of the VM's memory).
+struct IntoRowsBuffer {
+  float* g;
+  int in;
+  int o0;
+  __attribute__((target("avx512f"))) void operator()(__m512 v, int o, int k, __mmask16 lanes) const {
+    rows::storeLanes(g + static_cast<std::size_t>(o - o0) * in + k, lanes, v);
+  }
+};
+
+// The step of rows o0.. (`rows` of them) from their gradient g [rows][in], row after row.
+template <class Into>
+XS_DPBF16 void stepRows(const float* g, int rows, int in, int o0, const Into& into) {
+  const Into sink = into;  // on the stack, as in weightTile
+  for (int r = 0; r < rows; ++r) {
+    const float* row = g + static_cast<std::size_t>(r) * in;
+    int k = 0;
+    for (; k + 2 * kLanes <= in; k += 2 * kLanes)
+      sink.two(_mm512_loadu_ps(row + k), _mm512_loadu_ps(row + k + kLanes), o0 + r, k, 0xffff);
+    for (; k < in; k += kLanes) {
+      const __mmask16 lanes = static_cast<__mmask16>((1u << std::min(kLanes, in - k)) - 1);
+      sink(rows::loadLanes(lanes, row + k), o0 + r, k, lanes);
+    }
+  }
+}
+
+template <class Into>
+void weightSteps(Device& dev, const std::uint16_t* dy, const std::uint16_t* x, int batch, int in, int out,
+                 const Into& into) {
+  const int pairs = (batch + 1) / 2;
+  const std::uint32_t* dyB = dyByBatch(dev, dy, batch, out, pairs);
+  const std::uint32_t* xp = toPairPanels(dev, x, batch, in, pairs);
+  float* g = dev.scratch(rows::kXtSlot, static_cast<std::size_t>(kTileRows) * in);  // free in this pass
+  for (int o0 = 0; o0 < out; o0 += kTileRows) {
+    const int rows = std::min(kTileRows, out - o0);
+    IntoRowsBuffer buffer{g, in, o0};
+    weightRows(rows, dyB, xp, pairs, o0, 0, in, buffer);
+    stepRows(g, rows, in, o0, into);
+  }
 }
 
 }  // namespace
@@ -396,7 +435,7 @@ bool linearWeightStepBf16(Device& dev, const std::uint16_t* dy, const std::uint1
   std::uint16_t* bits = step.bits ? step.bits + offset : nullptr;
   rows::withStep<rows::kSgdRules>(step, offset, [&](auto s) {
     IntoStepBits<decltype(s)> into{s, bits, in};
-    weightGradient(dev, dy, x, batch, in, out, into);
+    weightSteps(dev, dy, x, batch, in, out, into);
   });
   if (bits) _mm_sfence();  // the mirror's streamed stores before its next reader
   ++linearStepsFused();
