@@ -7,7 +7,7 @@
 // convolution's output and input gradient in channel blocks are its channels-last values, and
 // an fp32 one's blocked passes take dy channels last with dx in blocks.
 // Every average-pool path (layouts, from planes into channels last, fused ReLU and rounding)
-// against the separate passes.
+// against the separate passes; the adaptive average pool against its formula.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "xspawn/error.hpp"
@@ -468,4 +470,61 @@ TEST(PoolLayouts, Fp32BlockedPassesTakeEitherSideChannelsLast) {
   conv2dBackward(dev, dxb.data(), dwb.data(), nullptr, dy.data(), x.data(), w.data(), gb);
   EXPECT_TRUE(sameBits(toBlocked(dx, g.n, g.c, hw), dxb)) << "dx in channel blocks";
   EXPECT_TRUE(sameBits(dw, dwb)) << "weight gradient";
+}
+
+namespace {
+
+// PyTorch's adaptive average pool, written out: window [floor(i*in/out), ceil((i+1)*in/out)),
+// its sum from 0 in row order divided by its size; backward adds each window's share, from 0,
+// in window order.
+void adaptiveReference(std::vector<float>& y, std::vector<float>& dx, const std::vector<float>& x,
+                       const std::vector<float>& dy, int planes, int h, int w, int oh, int ow) {
+  auto begin = [](int i, int in, int out) { return i * in / out; };
+  auto end = [](int i, int in, int out) { return ((i + 1) * in + out - 1) / out; };
+  y.assign(static_cast<std::size_t>(planes) * oh * ow, 0.f);
+  dx.assign(static_cast<std::size_t>(planes) * h * w, 0.f);
+  for (int p = 0; p < planes; ++p)
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox) {
+        const int y0 = begin(oy, h, oh), y1 = end(oy, h, oh), x0 = begin(ox, w, ow), x1 = end(ox, w, ow);
+        const float count = static_cast<float>((y1 - y0) * (x1 - x0));
+        float s = 0.f;
+        for (int iy = y0; iy < y1; ++iy)
+          for (int ix = x0; ix < x1; ++ix) s += x[(static_cast<std::size_t>(p) * h + iy) * w + ix];
+        const std::size_t o = (static_cast<std::size_t>(p) * oh + oy) * ow + ox;
+        y[o] = s / count;
+        const float share = dy[o] / count;
+        for (int iy = y0; iy < y1; ++iy)
+          for (int ix = x0; ix < x1; ++ix) dx[(static_cast<std::size_t>(p) * h + iy) * w + ix] += share;
+      }
+}
+
+}  // namespace
+
+// The one-pixel input's own loops (AlexNet below 67x67 pools 1x1 into 6x6) and the general ones,
+// against the formula: every bit, with gradients whose sums round (so their order shows), -0,
+// infinities, quiet and signalling NaNs and denormals, and plane counts past whole 16s.
+TEST(PoolLayouts, AdaptiveAveragePoolIsTheFormulaBitForBit) {
+  const float sNaN = std::bit_cast<float>(0x7fa00001u);
+  for (const auto& [n, c, h, w, oh, ow] : {std::tuple{3, 19, 1, 1, 6, 6}, {1, 16, 1, 1, 1, 1}, {2, 5, 1, 1, 2, 3},
+                                           {2, 3, 5, 5, 3, 3}, {1, 2, 6, 6, 6, 6}, {1, 3, 7, 4, 2, 3}}) {
+    SCOPED_TRACE(std::to_string(h) + "x" + std::to_string(w) + " -> " + std::to_string(oh) + "x" + std::to_string(ow));
+    const int planes = n * c;
+    std::vector<float> x(static_cast<std::size_t>(planes) * h * w), dy(static_cast<std::size_t>(planes) * oh * ow);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 23) - 1.05f;
+    for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = 1.0f / static_cast<float>(i % 7 + 3) + 1e-3f * static_cast<float>(i);
+    const float special[] = {-0.f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                             sNaN, 1e-41f, -std::numeric_limits<float>::infinity()};
+    for (std::size_t k = 0; k < std::size(special); ++k) {
+      x[(k * 7) % x.size()] = special[k];
+      dy[(k * 11 + 3) % dy.size()] = special[k];
+    }
+    std::vector<float> wantY, wantDx;
+    adaptiveReference(wantY, wantDx, x, dy, planes, h, w, oh, ow);
+    std::vector<float> y(wantY.size(), 7.f), dx(wantDx.size(), 7.f);
+    adaptiveAvgPool2dForward(y.data(), x.data(), n, c, h, w, oh, ow);
+    adaptiveAvgPool2dBackward(dx.data(), dy.data(), n, c, h, w, oh, ow);
+    EXPECT_TRUE(sameBits(y, wantY)) << "forward";
+    EXPECT_TRUE(sameBits(dx, wantDx)) << "backward";
+  }
 }

@@ -154,8 +154,15 @@ void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int
   // x [n, c, h, w] -> y [n, c, oh, ow]
   XS_CHECK(n > 0 && c > 0 && h > 0 && w > 0 && oh > 0 && ow > 0, ShapeError,
            "adaptive average-pool: every size must be positive");
+  const std::size_t planes = static_cast<std::size_t>(n) * c;
+  if (h == 1 && w == 1) {
+    // Every window is the one input value (AlexNet below 67x67: 1x1 -> 6x6): (0 + x) / 1, which
+    // is 0 + x in every bit (-0 becomes +0, a NaN comes out quiet), copied to each output.
+    for (std::size_t pl = 0; pl < planes; ++pl) std::fill_n(y + pl * oh * ow, oh * ow, 0.f + x[pl]);
+    return;
+  }
   const Spans rows(h, oh), cols(w, ow);
-  for (std::size_t pl = 0; pl < static_cast<std::size_t>(n) * c; ++pl) {
+  for (std::size_t pl = 0; pl < planes; ++pl) {
     const float* in = x + pl * h * w;
     float* out = y + pl * oh * ow;
     for (int oy = 0; oy < oh; ++oy)
@@ -172,8 +179,22 @@ void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,
                                int ow) {
   // dy [n, c, oh, ow] -> dx [n, c, h, w]: each window's share added to its inputs, in window order
+  const std::size_t planes = static_cast<std::size_t>(n) * c;
+  if (h == 1 && w == 1) {
+    // Each input's gradient: 0 + dy[0] / 1 + dy[1] / 1 + ... in window order, the divisions
+    // exact; 16 planes at a time, each plane's sum still in its own order.
+    const std::size_t windows = static_cast<std::size_t>(oh) * ow;
+    for (std::size_t p0 = 0; p0 < planes; p0 += 16) {
+      const std::size_t m = std::min<std::size_t>(16, planes - p0);
+      float sum[16] = {};
+      for (std::size_t i = 0; i < windows; ++i)
+        for (std::size_t j = 0; j < m; ++j) sum[j] += dy[(p0 + j) * windows + i];
+      std::copy_n(sum, m, dx + p0);
+    }
+    return;
+  }
   const Spans rows(h, oh), cols(w, ow);
-  std::memset(dx, 0, static_cast<std::size_t>(n) * c * h * w * sizeof(float));
+  std::memset(dx, 0, planes * h * w * sizeof(float));
   for (std::size_t pl = 0; pl < static_cast<std::size_t>(n) * c; ++pl) {
     float* d = dx + pl * h * w;
     const float* up = dy + pl * oh * ow;
