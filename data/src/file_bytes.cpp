@@ -176,13 +176,16 @@ Bytes gunzip(const std::filesystem::path& path, const Bytes& in) {
 
 void reserveLarge(std::vector<std::uint8_t>& bytes, std::size_t size) {
   if (size <= bytes.capacity()) return;
-  bytes.reserve(size);  // allocated, not yet touched (the bytes up to size() are copied, no more)
-  // The whole 2 MiB pages inside the buffer; a kernel without transparent huge pages refuses,
-  // and the buffer keeps 4 KiB pages.
-  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size();
+  Bytes fresh;
+  fresh.reserve(size);  // allocated, not yet touched
+  // The whole 2 MiB pages inside the new buffer, before anything touches them; a kernel without
+  // transparent huge pages refuses, and the buffer keeps 4 KiB pages.
+  const auto begin = reinterpret_cast<std::uintptr_t>(fresh.data());
   const std::uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
-  const std::uintptr_t last = (reinterpret_cast<std::uintptr_t>(bytes.data()) + size) / kHugePage * kHugePage;
+  const std::uintptr_t last = (begin + size) / kHugePage * kHugePage;
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+  fresh.insert(fresh.end(), bytes.begin(), bytes.end());  // what it held, within the capacity
+  bytes.swap(fresh);
 }
 
 std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path) {

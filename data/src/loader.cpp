@@ -1,5 +1,6 @@
 // loader.cpp: ParallelLoader. Threads claim batch numbers in order (at most `prefetch` ahead of
-// the consumer), build them independently, and park them in a map the consumer drains in order.
+// the consumer), build them independently, and park them in a map the consumer drains in order;
+// without threads, next() builds each batch itself.
 #include "xspawn/data/loader.hpp"
 
 #include <algorithm>
@@ -26,11 +27,10 @@ ParallelLoader::ParallelLoader(const Dataset& dataset, Transform transform,
       transform_(std::move(transform)),
       sampler_(std::move(sampler)),
       config_(std::move(config)) {
-  if (config_.batchSize < 1 || config_.numThreads < 1 || config_.prefetch < 1) {
-    XS_THROW(UsageError, "loader: batch size (" + std::to_string(config_.batchSize) +
-                                   "), threads (" + std::to_string(config_.numThreads) +
-                                   ") and prefetch (" + std::to_string(config_.prefetch) +
-                                   ") must all be >= 1");
+  if (config_.batchSize < 1 || config_.numThreads < 0 || config_.prefetch < 1) {
+    XS_THROW(UsageError, "loader: batch size (" + std::to_string(config_.batchSize) + ") and prefetch (" +
+                             std::to_string(config_.prefetch) + ") must be >= 1 and threads (" +
+                             std::to_string(config_.numThreads) + ") >= 0 (0: built in next())");
   }
   if (sampler_.config().datasetSize != dataset_.size()) {
     XS_THROW(UsageError, "loader: the sampler covers " +
@@ -69,6 +69,7 @@ void ParallelLoader::stop() {
   threads_.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   ready_.clear();
+  running_ = false;
 }
 
 void ParallelLoader::restore(const SamplerState& state) {
@@ -94,6 +95,7 @@ void ParallelLoader::startEpoch(std::int64_t epoch) {
     nextToBuild_ = 0;
     nextToDeliver_ = 0;
     stopping_ = false;
+    running_ = true;
   }
   for (int i = 0; i < config_.numThreads; ++i) threads_.emplace_back([this] { workerLoop(); });
 }
@@ -163,9 +165,48 @@ void ParallelLoader::buildBatch(std::int64_t b, Batch& batch) const {
   }
 }
 
+std::optional<Batch> ParallelLoader::nextInline() {
+  Batch batch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_ || nextToDeliver_ >= numBatches_) return std::nullopt;
+    if (!spare_.empty()) {
+      batch.images = std::move(spare_.back());
+      spare_.pop_back();
+    }
+  }
+  const std::int64_t b = nextToDeliver_;
+  double buildSeconds = 0, transferSeconds = 0;
+  std::exception_ptr error;
+  try {
+    xs::detail::telemetry::Span span(xs::detail::Category::kData, "data");  // the rank builds it
+    const auto t0 = Clock::now();
+    buildBatch(b, batch);
+    buildSeconds = secondsSince(t0);
+    if (config_.transfer) {
+      const auto t1 = Clock::now();
+      config_.transfer(batch);
+      transferSeconds = secondsSince(t1);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.buildSeconds += buildSeconds;
+  stats_.transferSeconds += transferSeconds;
+  nextToBuild_ = nextToDeliver_ = b + 1;
+  // As with threads: the position moves past this batch even when it failed.
+  sampler_.restore({epoch_, std::min(sampler_.numSamples(), startPosition_ + nextToDeliver_ * config_.batchSize)});
+  if (error) std::rethrow_exception(error);
+  stats_.batches += 1;
+  stats_.samples += batch.size;
+  return batch;
+}
+
 std::optional<Batch> ParallelLoader::next() {
+  if (config_.numThreads == 0) return nextInline();
   std::unique_lock<std::mutex> lock(mutex_);
-  if (threads_.empty() || nextToDeliver_ >= numBatches_) return std::nullopt;
+  if (!running_ || nextToDeliver_ >= numBatches_) return std::nullopt;
   const auto t0 = Clock::now();
   {
     xs::detail::telemetry::Span span(xs::detail::Category::kData, "data");  // waiting for the batch

@@ -77,7 +77,7 @@ po::options_description describeOptions() {
       ("stop-at-accuracy", po::value<double>(), "stop at the first evaluation with at least this test accuracy, in percent (0: never)")
       ("device-memory", po::value<std::string>(), "memory of each emulated core, e.g. 2G (default 4G)")
       ("prefetch", po::value<int>(), "batches the loader prepares ahead (default 2)")
-      ("loader-threads", po::value<int>(), "threads building batches in each worker (default 1)")
+      ("loader-threads", po::value<int>(), "threads building batches in each worker; 0: each worker builds its own, in its step (default: 1 where the machine has a core to spare for them, else 0)")
       ("bucket-mb", po::value<double>(), "all-reduce the gradients in buckets of this many MB (1e6 bytes) while backward still runs, as DDP's bucket_cap_mb (0, the default: one all-reduce after backward; buckets measured no faster on one machine: docs/training.md)");
   return d;
 }
@@ -114,6 +114,10 @@ void parseBetas(const std::string& text, TrainOptions& o) {
 }
 
 }  // namespace
+
+int defaultLoaderThreads(int localRanks, int usableCores, bool boundToACore) {
+  return boundToACore || localRanks >= usableCores ? 0 : 1;
+}
 
 std::string usage() {
   std::ostringstream s;
@@ -218,8 +222,8 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
                  fmt::format("--stop-at-accuracy {}: use a percentage in [0, 100] (0: never stop early)", o.stopAtAccuracy));
   XS_CHECK(o.trainSize >= 0 && o.testSize >= 0, UsageError, "--train-size/--test-size: must not be negative");
   XS_CHECK(o.prefetch >= 1, UsageError, fmt::format("--prefetch {}: must be at least 1", o.prefetch));
-  XS_CHECK(o.loaderThreads >= 1 && o.loaderThreads <= 16, UsageError,
-                 fmt::format("--loader-threads {}: use 1 to 16", o.loaderThreads));
+  XS_CHECK(!vm.count("loader-threads") || (o.loaderThreads >= 0 && o.loaderThreads <= 16), UsageError,
+                 fmt::format("--loader-threads {}: use 0 (each worker builds its batches itself) to 16", o.loaderThreads));
   XS_CHECK(o.bucketMb >= 0 && o.bucketMb <= 4096, UsageError,
                  fmt::format("--bucket-mb {}: use 0 (one all-reduce after backward) up to 4096", o.bucketMb));
   XS_CHECK(o.imageSize >= 0, UsageError, fmt::format("--image-size {}: must be positive", o.imageSize));

@@ -75,7 +75,9 @@ Trainer::Trainer(const TrainOptions& options)
   data::SamplerConfig sc{train_.size(), world_, rank_, true, o_.seed, false};
   data::LoaderConfig lc;
   lc.batchSize = o_.batchSize;
-  lc.numThreads = o_.loaderThreads;
+  lc.numThreads = o_.loaderThreads >= 0 ? o_.loaderThreads
+                                        : defaultLoaderThreads(xs::local_world_size(), xs::usableCores(),
+                                                               xs::device().cpu >= 0);
   lc.prefetch = o_.prefetch;
   lc.seed = o_.seed;
   loader_ = std::make_unique<data::ParallelLoader>(train_, trainT, data::DistributedSampler(sc), lc);

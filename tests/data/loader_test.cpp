@@ -1,5 +1,6 @@
-// loader_test.cpp: ParallelLoader ordering and determinism across thread counts, transfer hook,
-// prefetch bound, error propagation, resume from a saved state, and shutdown mid-epoch.
+// loader_test.cpp: ParallelLoader ordering and determinism across thread counts (none: built in
+// next()), transfer hook, prefetch bound, error propagation, resume from a saved state, and
+// shutdown mid-epoch.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -46,18 +47,22 @@ std::vector<Batch> drain(ParallelLoader& loader) {
   return out;
 }
 
-TEST(Loader, SameBatchesInOrderWithOneOrThreeThreads) {
+TEST(Loader, SameBatchesInOrderWithNoneOneOrThreeThreads) {
   const Dataset d = smallDataset();
   const SamplerConfig sc{d.size(), 2, 1, true, 5, false};
   ParallelLoader one(d, augmenting(d), DistributedSampler(sc), config(1));
   ParallelLoader three(d, augmenting(d), DistributedSampler(sc), config(3));
+  ParallelLoader none(d, augmenting(d), DistributedSampler(sc), config(0));
   for (std::int64_t epoch : {0, 1}) {
     one.startEpoch(epoch);
     three.startEpoch(epoch);
+    none.startEpoch(epoch);
     const auto a = drain(one);
     const auto b = drain(three);
+    const auto c = drain(none);
     ASSERT_EQ(a.size(), 7u);  // ceil(ceil(203 / 2) / 16)
     ASSERT_EQ(a.size(), b.size());
+    ASSERT_EQ(a.size(), c.size());
     std::vector<std::int64_t> seen;
     for (std::size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(a[i].index, static_cast<std::int64_t>(i));
@@ -65,6 +70,12 @@ TEST(Loader, SameBatchesInOrderWithOneOrThreeThreads) {
       EXPECT_EQ(a[i].images, b[i].images);
       EXPECT_EQ(a[i].labels, b[i].labels);
       EXPECT_EQ(a[i].sampleIndices, b[i].sampleIndices);
+      EXPECT_EQ(c[i].index, a[i].index);
+      EXPECT_EQ(c[i].epoch, epoch);
+      EXPECT_EQ(c[i].size, a[i].size);
+      EXPECT_EQ(c[i].images, a[i].images);
+      EXPECT_EQ(c[i].labels, a[i].labels);
+      EXPECT_EQ(c[i].sampleIndices, a[i].sampleIndices);
       seen.insert(seen.end(), a[i].sampleIndices.begin(), a[i].sampleIndices.end());
       for (int k = 0; k < a[i].size; ++k) EXPECT_EQ(a[i].labels[k], d.labels[a[i].sampleIndices[k]]);
     }
@@ -82,20 +93,23 @@ TEST(Loader, RecycledBuffersGiveTheSameBatches) {
   const Dataset d = smallDataset();
   const SamplerConfig sc{d.size(), 1, 0, true, 3, false};
   ParallelLoader plain(d, augmenting(d), DistributedSampler(sc), config(2, 32));
-  ParallelLoader reusing(d, augmenting(d), DistributedSampler(sc), config(2, 32));
-  for (std::int64_t epoch : {0, 1}) {
-    plain.startEpoch(epoch);
-    reusing.startEpoch(epoch);
-    const auto want = drain(plain);
-    std::size_t i = 0;
-    while (auto b = reusing.next()) {
-      ASSERT_LT(i, want.size());
-      EXPECT_EQ(b->images, want[i].images);
-      EXPECT_EQ(b->images.size(), static_cast<std::size_t>(b->size) * 64);
-      ++i;
-      reusing.recycle(std::move(*b));
+  for (int threads : {2, 0}) {
+    SCOPED_TRACE(threads);
+    ParallelLoader reusing(d, augmenting(d), DistributedSampler(sc), config(threads, 32));
+    for (std::int64_t epoch : {0, 1}) {
+      plain.startEpoch(epoch);
+      reusing.startEpoch(epoch);
+      const auto want = drain(plain);
+      std::size_t i = 0;
+      while (auto b = reusing.next()) {
+        ASSERT_LT(i, want.size());
+        EXPECT_EQ(b->images, want[i].images);
+        EXPECT_EQ(b->images.size(), static_cast<std::size_t>(b->size) * 64);
+        ++i;
+        reusing.recycle(std::move(*b));
+      }
+      EXPECT_EQ(i, want.size());
     }
-    EXPECT_EQ(i, want.size());
   }
 }
 
@@ -141,9 +155,45 @@ TEST(Loader, TransferHookRunsInTheBackgroundWithinThePrefetchBound) {
   EXPECT_EQ(loader.stats().samples, 203);
 }
 
-TEST(Loader, ReraisesErrorsOfTheBackgroundThreads) {
+// Without threads, next() builds each batch itself: the hook runs on the consumer's thread, in
+// batch order, one batch at a time, and the build's time counts as the loader's.
+TEST(Loader, WithoutThreadsNextBuildsEachBatchOnTheConsumersThread) {
   const Dataset d = smallDataset();
-  LoaderConfig c = config(3);
+  const auto consumer = std::this_thread::get_id();
+  std::vector<std::int64_t> order;
+  bool elsewhere = false;
+  LoaderConfig c = config(0, 8);
+  c.transfer = [&](Batch& b) {
+    if (std::this_thread::get_id() != consumer) elsewhere = true;
+    order.push_back(b.index);
+    b.device = static_cast<int>(b.index * 10);
+  };
+  ParallelLoader loader(d, augmenting(d), DistributedSampler({d.size(), 1, 0, false, 0, false}), c);
+  EXPECT_FALSE(loader.next().has_value());  // not started
+  loader.startEpoch(0);
+  std::int64_t delivered = 0;
+  while (auto b = loader.next()) {
+    EXPECT_EQ(std::any_cast<int>(b->device), b->index * 10);
+    EXPECT_EQ(static_cast<std::int64_t>(order.size()), ++delivered);  // nothing built ahead
+  }
+  EXPECT_FALSE(elsewhere);
+  ASSERT_EQ(order.size(), 26u);  // ceil(203 / 8)
+  for (std::size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], static_cast<std::int64_t>(i));
+  EXPECT_EQ(loader.stats().batches, 26);
+  EXPECT_EQ(loader.stats().samples, 203);
+  EXPECT_GT(loader.stats().buildSeconds, 0.0);
+  EXPECT_EQ(loader.stats().waitSeconds, 0.0);
+  loader.startEpoch(1);
+  ASSERT_TRUE(loader.next().has_value());
+  loader.stop();  // pending batches are dropped, as with threads
+  EXPECT_FALSE(loader.next().has_value());
+}
+
+class LoaderErrors : public ::testing::TestWithParam<int> {};  // param: threads
+
+TEST_P(LoaderErrors, ReraisesBuildErrorsForTheirBatch) {
+  const Dataset d = smallDataset();
+  LoaderConfig c = config(GetParam());
   c.transfer = [](Batch& b) {
     if (b.index == 3) throw std::runtime_error("device full at batch 3");
   };
@@ -161,6 +211,9 @@ TEST(Loader, ReraisesErrorsOfTheBackgroundThreads) {
   EXPECT_EQ(loader.state().position, 5 * 16);
 }
 
+INSTANTIATE_TEST_SUITE_P(ThreadsOrNone, LoaderErrors, ::testing::Values(3, 0),
+                         [](const auto& info) { return info.param ? "threads" : "none"; });
+
 TEST(Loader, ResumesFromASavedState) {
   const Dataset d = smallDataset();
   const SamplerConfig sc{d.size(), 3, 0, true, 8, false};
@@ -172,17 +225,21 @@ TEST(Loader, ResumesFromASavedState) {
   for (int i = 0; i < 3; ++i) first.next();
   const SamplerState saved = first.state();
   EXPECT_EQ(saved, (SamplerState{2, 48}));
-  ParallelLoader resumed(d, augmenting(d), DistributedSampler(sc), config(1));
-  resumed.restore(saved);
-  resumed.startEpoch(2);
-  const auto rest = drain(resumed);
-  ASSERT_EQ(rest.size() + 3, all.size());
-  for (std::size_t i = 0; i < rest.size(); ++i) {
-    EXPECT_EQ(rest[i].index, all[i + 3].index);
-    EXPECT_EQ(rest[i].images, all[i + 3].images);
+  for (int threads : {1, 0}) {
+    SCOPED_TRACE(threads);
+    ParallelLoader resumed(d, augmenting(d), DistributedSampler(sc), config(threads));
+    resumed.restore(saved);
+    resumed.startEpoch(2);
+    const auto rest = drain(resumed);
+    ASSERT_EQ(rest.size() + 3, all.size());
+    for (std::size_t i = 0; i < rest.size(); ++i) {
+      EXPECT_EQ(rest[i].index, all[i + 3].index);
+      EXPECT_EQ(rest[i].images, all[i + 3].images);
+    }
+    EXPECT_EQ(resumed.state(), (SamplerState{2, sc.datasetSize / 3 + 1}));  // this rank's 68
+    resumed.startEpoch(3);  // the next epoch starts from 0 again
+    EXPECT_EQ(resumed.next()->index, 0);
   }
-  resumed.startEpoch(3);  // the next epoch starts from 0 again
-  EXPECT_EQ(resumed.next()->index, 0);
 }
 
 TEST(Loader, ShutsDownCleanlyMidEpochAndCountsWaiting) {
@@ -210,7 +267,7 @@ TEST(Loader, RejectsBadSettings) {
   const Dataset d = smallDataset();
   const DistributedSampler s({d.size(), 1, 0, true, 0, false});
   EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 0)), UsageError);
-  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(0)), UsageError);
+  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(-1)), UsageError);
   EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 16, 0)), UsageError);
   EXPECT_THROW(ParallelLoader(d, augmenting(d), DistributedSampler({5, 1, 0, true, 0, false}), config(1)),
                UsageError);

@@ -74,8 +74,7 @@ INSTANTIATE_TEST_SUITE_P(RawAndGzip, IdxReader, ::testing::Values(false, true),
 
 // Files large enough for whole 2 MiB pages (about 4.7 MB of pixels), raw, gzip, and gzip in two
 // members whose trailer (the last member's size) leaves the output buffer to grow.
-// Whether any whole 2 MiB page of the buffer behind `bytes` (its capacity) was advised: a buffer
-// that grew advises only what it added, so which page depends on where the allocator put it.
+// Whether any whole 2 MiB page of the buffer behind `bytes` (up to its capacity) was advised.
 bool advisedHugeSomewhere(const std::vector<std::uint8_t>& bytes) {
   constexpr std::uintptr_t kPage = std::uintptr_t{2} << 20;
   const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());

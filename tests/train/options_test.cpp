@@ -104,6 +104,27 @@ TEST(TrainOptions, BadValuesThrow) {
   EXPECT_THROW(resolveDefaults(o), UsageError);
 }
 
+// The loader's threads: the worker's own choice unless given; 0 to 16 when given.
+TEST(TrainOptions, LoaderThreads) {
+  EXPECT_EQ(parseOptions({}).loaderThreads, -1);
+  EXPECT_EQ(parseOptions({"--loader-threads", "0"}).loaderThreads, 0);
+  EXPECT_EQ(parseOptions({"--loader-threads", "16"}).loaderThreads, 16);
+  for (const char* bad : {"-1", "17"}) {
+    try {
+      parseOptions({"--loader-threads", bad});
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("--loader-threads ") + bad +
+                                           ": use 0 (each worker builds its batches itself) to 16"),
+                std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(defaultLoaderThreads(1, 2, false), 1);  // a core to spare
+  EXPECT_EQ(defaultLoaderThreads(2, 2, false), 0);  // a rank on every core
+  EXPECT_EQ(defaultLoaderThreads(8, 2, false), 0);  // ranks share the cores
+  EXPECT_EQ(defaultLoaderThreads(1, 4, true), 0);   // bound: its thread would share the rank's core
+}
+
 TEST(TrainPlan, SharedHeapHoldsTheGradients) {
   TrainOptions o = parseOptions({"--dataset", "synthetic"});
   resolveDefaults(o);

@@ -2,7 +2,7 @@
 // PyTorch/XLA's ParallelLoader). Background threads decode, transform and assemble batches of
 // this rank's sampler indices ahead of the consumer, at most `prefetch` batches ahead, and call
 // an optional transfer hook on the background thread so the batch is on the device before the
-// step asks for it. Batches come out in order and their content does not depend on the number of
+// step asks for it (or, with no threads, the consumer builds each batch itself in next()). Batches come out in order and their content does not depend on the number of
 // threads; an exception raised while building a batch is re-raised by next() for that batch.
 #pragma once
 
@@ -38,14 +38,18 @@ struct Batch {
   std::any device;                          // set by the transfer hook, e.g. device tensors
 };
 
-// Called on a loader thread once per batch, after assembly. Calls are serialised (never two at
-// once) but, with several threads, not necessarily in batch order.
+// Called on a loader thread (on the consumer's, without threads) once per batch, after assembly.
+// Calls are serialised (never two at once) but, with several threads, not necessarily in batch
+// order.
 using TransferHook = std::function<void(Batch&)>;
 
 struct LoaderConfig {
   int batchSize = 32;
-  int numThreads = 1;  // background threads building batches (>= 1)
-  int prefetch = 2;    // batches built ahead of the consumer (>= 1): queue bound
+  // Background threads building batches (>= 1), or 0: next() builds each batch on the calling
+  // thread, nothing ahead (where ranks outnumber cores there is no idle core to build on, and a
+  // loader thread's wake-ups only add switches).
+  int numThreads = 1;
+  int prefetch = 2;    // batches built ahead of the consumer (>= 1): queue bound (threads only)
   bool dropLast = false;  // drop this rank's last short batch
   std::uint64_t seed = 0;  // for random transforms: rng = f(seed, epoch, dataset index)
   TransferHook transfer{};  // optional
@@ -94,6 +98,7 @@ class ParallelLoader {
     std::exception_ptr error;
   };
   void workerLoop();
+  std::optional<Batch> nextInline();
   void buildBatch(std::int64_t b, Batch& batch) const;
   std::int64_t batchCount(std::int64_t samples) const;
 
@@ -120,6 +125,7 @@ class ParallelLoader {
   std::atomic<bool> stopping_{false};  // set under mutex_, read by builders between samples
   LoaderStats stats_;
   std::vector<std::thread> threads_;
+  bool running_ = false;  // between startEpoch and stop
 };
 
 }  // namespace xs::data
