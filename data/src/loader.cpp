@@ -9,6 +9,7 @@
 
 #include "telemetry.hpp"
 #include "xspawn/error.hpp"
+#include "xspawn/xspawn.hpp"
 
 namespace xs::data {
 namespace {
@@ -21,17 +22,28 @@ double secondsSince(Clock::time_point t0) {
 
 }  // namespace
 
+int defaultLoaderThreads(int localRanks, int usableCores, bool boundToACore) {
+  return boundToACore || localRanks >= usableCores ? 0 : 1;
+}
+
 ParallelLoader::ParallelLoader(const Dataset& dataset, Transform transform,
                                DistributedSampler sampler, LoaderConfig config)
     : dataset_(dataset),
       transform_(std::move(transform)),
       sampler_(std::move(sampler)),
       config_(std::move(config)) {
-  if (config_.batchSize < 1 || config_.numThreads < 0 || config_.prefetch < 1) {
+  if (config_.batchSize < 1 || (config_.numThreads < 0 && config_.numThreads != kAutoThreads) ||
+      config_.prefetch < 1) {
     XS_THROW(UsageError, "loader: batch size (" + std::to_string(config_.batchSize) + ") and prefetch (" +
                              std::to_string(config_.prefetch) + ") must be >= 1 and threads (" +
-                             std::to_string(config_.numThreads) + ") >= 0 (0: built in next())");
+                             std::to_string(config_.numThreads) +
+                             ") >= 0 (0: built in next()) or kAutoThreads");
   }
+  const bool inJob = xs::initialized();  // else a process of its own: one rank, not bound
+  threadCount_ = config_.numThreads != kAutoThreads
+                     ? config_.numThreads
+                     : defaultLoaderThreads(inJob ? xs::local_world_size() : 1, xs::usableCores(),
+                                            inJob && xs::device().cpu >= 0);
   if (sampler_.config().datasetSize != dataset_.size()) {
     XS_THROW(UsageError, "loader: the sampler covers " +
                                    std::to_string(sampler_.config().datasetSize) +
@@ -97,7 +109,7 @@ void ParallelLoader::startEpoch(std::int64_t epoch) {
     stopping_ = false;
     running_ = true;
   }
-  for (int i = 0; i < config_.numThreads; ++i) threads_.emplace_back([this] { workerLoop(); });
+  for (int i = 0; i < threadCount_; ++i) threads_.emplace_back([this] { workerLoop(); });
 }
 
 void ParallelLoader::workerLoop() {
@@ -204,7 +216,7 @@ std::optional<Batch> ParallelLoader::nextInline() {
 }
 
 std::optional<Batch> ParallelLoader::next() {
-  if (config_.numThreads == 0) return nextInline();
+  if (threadCount_ == 0) return nextInline();
   std::unique_lock<std::mutex> lock(mutex_);
   if (!running_ || nextToDeliver_ >= numBatches_) return std::nullopt;
   const auto t0 = Clock::now();
@@ -231,7 +243,7 @@ std::optional<Batch> ParallelLoader::next() {
 
 void ParallelLoader::recycle(Batch&& batch) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (spare_.size() < static_cast<std::size_t>(config_.prefetch + config_.numThreads)) {
+  if (spare_.size() < static_cast<std::size_t>(config_.prefetch + threadCount_)) {
     spare_.push_back(std::move(batch.images));
   }
 }

@@ -115,10 +115,6 @@ void parseBetas(const std::string& text, TrainOptions& o) {
 
 }  // namespace
 
-int defaultLoaderThreads(int localRanks, int usableCores, bool boundToACore) {
-  return boundToACore || localRanks >= usableCores ? 0 : 1;
-}
-
 std::string usage() {
   std::ostringstream s;
   s << "usage: xspawn [launcher options] train [options]\n\n"

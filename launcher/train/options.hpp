@@ -42,7 +42,7 @@ struct TrainOptions {
   std::string metrics;      // JSON lines file
   std::string deviceMemory = "4G";
   int prefetch = 2;
-  int loaderThreads = -1;   // -1: defaultLoaderThreads's choice
+  int loaderThreads = -1;   // -1: the loader's own choice (xs::data::defaultLoaderThreads)
   double bucketMb = 0;      // gradient buckets all-reduced during backward (0: one after it)
   bool plan = false;        // --plan: validate and print the shared-heap plan
   bool help = false;
@@ -55,13 +55,6 @@ TrainOptions parseOptions(const std::vector<std::string>& args);
 // Fills the defaults that depend on the model and the dataset (choosing the default dataset
 // looks at the file system) and validates the combination. Throws UsageError.
 void resolveDefaults(TrainOptions& o);
-
-// The loader's threads in each worker unless --loader-threads says: one where the machine has a
-// core to spare for it (fewer local ranks than usable cores), none where its ranks take every
-// core or this worker is bound to one, since a loader thread there only shares a rank's core and
-// adds switches: 8 ranks on 2 cores switched 42% less and trained 2-3% faster without
-// (docs/training.md).
-int defaultLoaderThreads(int localRanks, int usableCores, bool boundToACore);
 
 // The usage text of --help.
 std::string usage();

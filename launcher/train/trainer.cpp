@@ -75,9 +75,7 @@ Trainer::Trainer(const TrainOptions& options)
   data::SamplerConfig sc{train_.size(), world_, rank_, true, o_.seed, false};
   data::LoaderConfig lc;
   lc.batchSize = o_.batchSize;
-  lc.numThreads = o_.loaderThreads >= 0 ? o_.loaderThreads
-                                        : defaultLoaderThreads(xs::local_world_size(), xs::usableCores(),
-                                                               xs::device().cpu >= 0);
+  lc.numThreads = o_.loaderThreads >= 0 ? o_.loaderThreads : data::kAutoThreads;
   lc.prefetch = o_.prefetch;
   lc.seed = o_.seed;
   loader_ = std::make_unique<data::ParallelLoader>(train_, trainT, data::DistributedSampler(sc), lc);

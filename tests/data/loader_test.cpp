@@ -10,6 +10,7 @@
 #include "test_util.hpp"
 #include "xspawn/data/loader.hpp"
 #include "xspawn/data/synthetic.hpp"
+#include "xspawn/spawn.hpp"
 
 namespace xs::data {
 namespace {
@@ -263,11 +264,27 @@ TEST(Loader, ShutsDownCleanlyMidEpochAndCountsWaiting) {
   EXPECT_LT(seconds, 2.0);
 }
 
+// The default: a thread where the machine has a core to spare for it, else none; outside a job
+// this process is one rank, not bound.
+TEST(Loader, ThreadsByDefaultOnlyWhereACoreIsToSpare) {
+  EXPECT_EQ(defaultLoaderThreads(1, 2, false), 1);  // a core to spare
+  EXPECT_EQ(defaultLoaderThreads(2, 2, false), 0);  // a rank on every core
+  EXPECT_EQ(defaultLoaderThreads(8, 2, false), 0);  // ranks share the cores
+  EXPECT_EQ(defaultLoaderThreads(1, 4, true), 0);   // bound: its thread would share the rank's core
+  const Dataset d = smallDataset();
+  ParallelLoader byDefault(d, augmenting(d), DistributedSampler({d.size(), 1, 0, true, 0, false}), LoaderConfig{});
+  EXPECT_EQ(byDefault.threads(), defaultLoaderThreads(1, xs::usableCores(), false));
+  ParallelLoader none(d, augmenting(d), DistributedSampler({d.size(), 1, 0, true, 0, false}), config(0));
+  EXPECT_EQ(none.threads(), 0);
+  EXPECT_EQ(ParallelLoader(d, augmenting(d), DistributedSampler({d.size(), 1, 0, true, 0, false}), config(3)).threads(),
+            3);
+}
+
 TEST(Loader, RejectsBadSettings) {
   const Dataset d = smallDataset();
   const DistributedSampler s({d.size(), 1, 0, true, 0, false});
   EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 0)), UsageError);
-  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(-1)), UsageError);
+  EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(-2)), UsageError);
   EXPECT_THROW(ParallelLoader(d, augmenting(d), s, config(1, 16, 0)), UsageError);
   EXPECT_THROW(ParallelLoader(d, augmenting(d), DistributedSampler({5, 1, 0, true, 0, false}), config(1)),
                UsageError);

@@ -119,10 +119,6 @@ TEST(TrainOptions, LoaderThreads) {
                 std::string::npos) << e.what();
     }
   }
-  EXPECT_EQ(defaultLoaderThreads(1, 2, false), 1);  // a core to spare
-  EXPECT_EQ(defaultLoaderThreads(2, 2, false), 0);  // a rank on every core
-  EXPECT_EQ(defaultLoaderThreads(8, 2, false), 0);  // ranks share the cores
-  EXPECT_EQ(defaultLoaderThreads(1, 4, true), 0);   // bound: its thread would share the rank's core
 }
 
 TEST(TrainPlan, SharedHeapHoldsTheGradients) {
