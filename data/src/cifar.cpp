@@ -71,8 +71,9 @@ Dataset loadCifar10(const std::filesystem::path& dir, Split split) {
     // Room for the five batches at once: growing batch by batch copied the pixels four times.
     std::error_code ec;
     std::size_t bytes = 0;
-    for (int i = 1; i <= 5; ++i) bytes += std::filesystem::file_size(root / ("data_batch_" + std::to_string(i) + ".bin"), ec);
-    if (!ec) detail::reserveLarge(ds.pixels, bytes / kCifarRecordBytes * kImageBytes);
+    for (int i = 1; i <= 5 && !ec; ++i)
+      bytes += std::filesystem::file_size(root / ("data_batch_" + std::to_string(i) + ".bin"), ec);
+    if (!ec) detail::reserveLarge(ds.pixels, bytes / kCifarRecordBytes * kImageBytes);  // else readCifarBatch says
     for (int i = 1; i <= 5; ++i) {
       readCifarBatch(root / ("data_batch_" + std::to_string(i) + ".bin"), ds);
     }

@@ -23,8 +23,7 @@ std::string joinedNames() {
 
 std::vector<std::uint8_t> pixelBuffer(std::size_t bytes) {
   std::vector<std::uint8_t> b;
-  detail::reserveLarge(b, bytes);
-  b.resize(bytes);
+  detail::resizeLarge(b, bytes);
   return b;
 }
 

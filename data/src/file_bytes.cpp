@@ -36,8 +36,7 @@ Bytes readRaw(const std::filesystem::path& path, std::uintmax_t size) {
   std::ifstream file(path, std::ios::binary);
   if (!file) XS_THROW(FileNotFoundError, path.string() + ": cannot open (check permissions)");
   Bytes bytes;
-  reserveLarge(bytes, static_cast<std::size_t>(size));
-  bytes.resize(static_cast<std::size_t>(size));
+  resizeLarge(bytes, static_cast<std::size_t>(size));
   file.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   if (file.bad() || file.gcount() != static_cast<std::streamsize>(bytes.size()))
     XS_THROW(FileNotFoundError, path.string() + ": read error (" + std::to_string(file.gcount()) + " of " +
@@ -101,15 +100,10 @@ Bytes gunzipDiagnosed(const std::filesystem::path& path, const Bytes& in) {
   Inflater inflater;
   z_stream& z = inflater.stream();
   Bytes out;
-  reserveLarge(out, trailerSize(in));
-  out.resize(trailerSize(in));
+  resizeLarge(out, trailerSize(in));
   std::size_t pos = 0, have = 0, member = 0;
   for (;;) {
-    if (have == out.size()) {
-      const std::size_t grown = out.size() + std::max(kOutChunk, out.size() / 2);
-      reserveLarge(out, grown);
-      out.resize(grown);
-    }
+    if (have == out.size()) resizeLarge(out, out.size() + std::max(kOutChunk, out.size() / 2));
     z.next_in = const_cast<Bytef*>(in.data() + pos);
     z.avail_in = static_cast<uInt>(std::min(in.size() - pos, kMaxPass));
     z.next_out = out.data() + have;
@@ -151,8 +145,7 @@ struct Decompressor {
 Bytes gunzip(const std::filesystem::path& path, const Bytes& in) {
   Decompressor z;
   Bytes out;
-  reserveLarge(out, trailerSize(in));
-  out.resize(trailerSize(in));
+  resizeLarge(out, trailerSize(in));
   std::size_t pos = 0, have = 0;
   while (pos < in.size()) {
     if (pos > 0 && !gzipAt(in, pos)) return gunzipDiagnosed(path, in);
@@ -160,9 +153,7 @@ Bytes gunzip(const std::filesystem::path& path, const Bytes& in) {
     const libdeflate_result rc = libdeflate_gzip_decompress_ex(z.d, in.data() + pos, in.size() - pos,
                                                                out.data() + have, out.size() - have, &used, &got);
     if (rc == LIBDEFLATE_INSUFFICIENT_SPACE) {
-      const std::size_t grown = out.size() + std::max(kOutChunk, out.size());
-      reserveLarge(out, grown);
-      out.resize(grown);
+      resizeLarge(out, out.size() + std::max(kOutChunk, out.size()));
       continue;
     }
     if (rc != LIBDEFLATE_SUCCESS) return gunzipDiagnosed(path, in);
@@ -186,6 +177,11 @@ void reserveLarge(std::vector<std::uint8_t>& bytes, std::size_t size) {
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
   fresh.insert(fresh.end(), bytes.begin(), bytes.end());  // what it held, within the capacity
   bytes.swap(fresh);
+}
+
+void resizeLarge(std::vector<std::uint8_t>& bytes, std::size_t size) {
+  reserveLarge(bytes, size);
+  bytes.resize(size);
 }
 
 std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path) {

@@ -17,8 +17,11 @@ std::vector<std::uint8_t> readFileBytes(const std::filesystem::path& path);
 // buffer with 2 MiB pages (madvise MADV_HUGEPAGE, where transparent huge pages are on "madvise")
 // before any of it is touched. A dataset's first touch of fresh memory is what reading it costs
 // most: 4 KiB page faults took about three quarters of reading the 47 MB Fashion-MNIST training
-// images on a 2-core VM, 2 MiB pages cut that read from about 0.4 s to 0.13 s (docs/data.md).
+// images on a 2-core VM, and 2 MiB pages cut that read from 440-517 ms to 111-193 ms
+// (docs/data.md).
 void reserveLarge(std::vector<std::uint8_t>& bytes, std::size_t size);
+// reserveLarge, then resize to `size` (new bytes zero).
+void resizeLarge(std::vector<std::uint8_t>& bytes, std::size_t size);
 
 // Big-endian 32-bit unsigned integer at p.
 inline std::uint32_t readBigEndian32(const std::uint8_t* p) {

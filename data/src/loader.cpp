@@ -109,7 +109,12 @@ void ParallelLoader::startEpoch(std::int64_t epoch) {
     stopping_ = false;
     running_ = true;
   }
-  for (int i = 0; i < threadCount_; ++i) threads_.emplace_back([this] { workerLoop(); });
+  try {
+    for (int i = 0; i < threadCount_; ++i) threads_.emplace_back([this] { workerLoop(); });
+  } catch (...) {
+    stop();  // the threads that started, joined; next() then says the epoch is not running
+    throw;
+  }
 }
 
 void ParallelLoader::workerLoop() {
@@ -179,15 +184,16 @@ void ParallelLoader::buildBatch(std::int64_t b, Batch& batch) const {
 
 std::optional<Batch> ParallelLoader::nextInline() {
   Batch batch;
+  std::int64_t b = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!running_ || nextToDeliver_ >= numBatches_) return std::nullopt;
+    b = nextToDeliver_;
     if (!spare_.empty()) {
       batch.images = std::move(spare_.back());
       spare_.pop_back();
     }
   }
-  const std::int64_t b = nextToDeliver_;
   double buildSeconds = 0, transferSeconds = 0;
   std::exception_ptr error;
   try {

@@ -77,7 +77,7 @@ po::options_description describeOptions() {
       ("stop-at-accuracy", po::value<double>(), "stop at the first evaluation with at least this test accuracy, in percent (0: never)")
       ("device-memory", po::value<std::string>(), "memory of each emulated core, e.g. 2G (default 4G)")
       ("prefetch", po::value<int>(), "batches the loader prepares ahead (default 2)")
-      ("loader-threads", po::value<int>(), "threads building batches in each worker; 0: each worker builds its own, in its step (default: 1 where the machine has a core to spare for them, else 0)")
+      ("loader-threads", po::value<int>(), "threads building batches in each worker; 0: each worker builds its own, in its step (default: 1 where the machine has a core to spare for them, else 0, and 0 for workers bound to a core)")
       ("bucket-mb", po::value<double>(), "all-reduce the gradients in buckets of this many MB (1e6 bytes) while backward still runs, as DDP's bucket_cap_mb (0, the default: one all-reduce after backward; buckets measured no faster on one machine: docs/training.md)");
   return d;
 }

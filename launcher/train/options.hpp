@@ -42,7 +42,7 @@ struct TrainOptions {
   std::string metrics;      // JSON lines file
   std::string deviceMemory = "4G";
   int prefetch = 2;
-  int loaderThreads = -1;   // -1: the loader's own choice (xs::data::defaultLoaderThreads)
+  int loaderThreads = -1;   // -1 (xs::data::kAutoThreads): the loader's own choice, defaultLoaderThreads
   double bucketMb = 0;      // gradient buckets all-reduced during backward (0: one after it)
   bool plan = false;        // --plan: validate and print the shared-heap plan
   bool help = false;

@@ -21,8 +21,8 @@
 // (linearBackwardStepped): with SGD inside backward they write 4 rows' gradient into a buffer
 // in L2, which steps those rows' weights one row at a time and streams the new bits into the
 // store's mirror for the next forward (weightSteps; Adam's square root and divisions there cost
-// more than its own pass after the gradient). This file is built with -ffp-contract=off (update_rules.hpp): the update has the
-// optimizer's bits.
+// more than its own pass after the gradient). This file is built with -ffp-contract=off
+// (update_rules.hpp): the update has the optimizer's bits.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -41,8 +41,9 @@ using rows::kLanes;
 // The weight gradient's tiles: 4 rows x 6 vectors (6 x 4 and 3 x 8 ran as fast; 2 x 12 and 8 x 3
 // slower).
 constexpr int kTileRows = 4;
-// Scratch: x's pairs (forward) and w's packed rows (input gradient) in rows::kXtSlot, dy's pairs
-// in kDxtSlot and x's panels in kPanelsSlot (weight gradient).
+// Scratch: x's pairs (forward), w's packed rows (input gradient) and the stepped rows' gradient
+// (weightSteps) in rows::kXtSlot, dy's pairs in kDxtSlot and x's panels in kPanelsSlot (weight
+// gradient).
 
 std::uint32_t pairOf(std::uint16_t low, std::uint16_t high) { return low | static_cast<std::uint32_t>(high) << 16; }
 
@@ -323,11 +324,11 @@ struct IntoRowsBuffer {
   }
 };
 
-// The step of rows o0.. (`rows` of them) from their gradient g [rows][in], row after row.
+// The step of rows o0.. (`count` of them) from their gradient g [count][in], row after row.
 template <class Into>
-XS_DPBF16 void stepRows(const float* g, int rows, int in, int o0, const Into& into) {
+XS_DPBF16 void stepRows(const float* g, int count, int in, int o0, const Into& into) {
   const Into sink = into;  // on the stack, as in weightTile
-  for (int r = 0; r < rows; ++r) {
+  for (int r = 0; r < count; ++r) {
     const float* row = g + static_cast<std::size_t>(r) * in;
     int k = 0;
     for (; k + 2 * kLanes <= in; k += 2 * kLanes)
@@ -347,10 +348,10 @@ void weightSteps(Device& dev, const std::uint16_t* dy, const std::uint16_t* x, i
   const std::uint32_t* xp = toPairPanels(dev, x, batch, in, pairs);
   float* g = dev.scratch(rows::kXtSlot, static_cast<std::size_t>(kTileRows) * in);  // free in this pass
   for (int o0 = 0; o0 < out; o0 += kTileRows) {
-    const int rows = std::min(kTileRows, out - o0);
+    const int count = std::min(kTileRows, out - o0);
     IntoRowsBuffer buffer{g, in, o0};
-    weightRows(rows, dyB, xp, pairs, o0, 0, in, buffer);
-    stepRows(g, rows, in, o0, into);
+    weightRows(count, dyB, xp, pairs, o0, 0, in, buffer);
+    stepRows(g, count, in, o0, into);
   }
 }
 

@@ -195,7 +195,7 @@ void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, 
   }
   const Spans rows(h, oh), cols(w, ow);
   std::memset(dx, 0, planes * h * w * sizeof(float));
-  for (std::size_t pl = 0; pl < static_cast<std::size_t>(n) * c; ++pl) {
+  for (std::size_t pl = 0; pl < planes; ++pl) {
     float* d = dx + pl * h * w;
     const float* up = dy + pl * oh * ow;
     for (int oy = 0; oy < oh; ++oy)

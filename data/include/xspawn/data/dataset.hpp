@@ -36,8 +36,9 @@ struct Dataset {
 Dataset fromMemory(std::string name, Split split, int channels, int height, int width, int numClasses,
                    std::vector<std::uint8_t> pixels, std::vector<std::int32_t> labels);
 
-// `bytes` zero pixel values, to fill before fromMemory (or to resize into): their memory on
-// 2 MiB pages where the kernel's transparent huge pages allow it (madvise), else as any vector.
+// `bytes` zero pixel values, to fill before fromMemory (or to shrink; growing it reallocates
+// without the advice): their memory on 2 MiB pages where the kernel's transparent huge pages
+// allow it (madvise), else as any vector.
 // A dataset's first touch of fresh memory is most of what loading it costs: 4 KiB pages made
 // reading Fashion-MNIST's 47 MB of training images about 3.5x slower on a 2-core VM.
 std::vector<std::uint8_t> pixelBuffer(std::size_t bytes);

@@ -2,8 +2,9 @@
 // PyTorch/XLA's ParallelLoader). Background threads decode, transform and assemble batches of
 // this rank's sampler indices ahead of the consumer, at most `prefetch` batches ahead, and call
 // an optional transfer hook on the background thread so the batch is on the device before the
-// step asks for it (or, with no threads, the consumer builds each batch itself in next()). Batches come out in order and their content does not depend on the number of
-// threads; an exception raised while building a batch is re-raised by next() for that batch.
+// step asks for it (or, with no threads, the consumer builds each batch itself in next()).
+// Batches come out in order and their content does not depend on the number of threads; an
+// exception raised while building a batch is re-raised by next() for that batch.
 #pragma once
 
 #include <any>
@@ -44,7 +45,8 @@ struct Batch {
 using TransferHook = std::function<void(Batch&)>;
 
 // LoaderConfig::numThreads: defaultLoaderThreads(xs::local_world_size(), xs::usableCores(), this
-// worker bound to a core) when the loader is made (a process outside a job: one rank, not bound).
+// worker bound to a core) when the loader is made (a process outside a job, or one made before
+// xs::init(): one rank, not bound).
 inline constexpr int kAutoThreads = -1;
 
 // The loader threads that pay on a worker: 1 where its machine has a core to spare for them
@@ -65,9 +67,9 @@ struct LoaderConfig {
 };
 
 struct LoaderStats {
-  double waitSeconds = 0;   // consumer time blocked in next() waiting for a batch
-  double buildSeconds = 0;  // thread time spent building batches (all threads summed)
-  double transferSeconds = 0;  // thread time in the transfer hook
+  double waitSeconds = 0;   // consumer time blocked in next() waiting for a batch (0 without threads)
+  double buildSeconds = 0;  // time building batches (all threads summed; the consumer's without)
+  double transferSeconds = 0;  // time in the transfer hook (likewise)
   std::int64_t batches = 0;    // delivered
   std::int64_t samples = 0;    // delivered
 };
