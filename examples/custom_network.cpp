@@ -1,5 +1,6 @@
 // custom_network.cpp: a network of one's own (a small residual net with batch-norm, pools,
-// dropout and two layers of one's own) on a dataset of one's own made by a function, trained with
+// dropout and two layers of one's own) on a dataset of one's own (made by a function, and held in
+// a pixelBuffer for fromMemory), with the loader's own choice of threads, trained with
 // SGD + nesterov and a cosine schedule, gradients all-reduced in buckets while backward runs; a
 // checkpoint every epoch, and --resume continues from it bit for bit; so does a restarted job.
 //
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include <xspawn/data/dataset.hpp>
 #include <xspawn/data/loader.hpp>
@@ -28,23 +30,34 @@ namespace data = xs::data;
 constexpr int kClasses = 4, kSide = 16;
 
 // Stripes: class k has stripes in direction k (|, -, /, \), at a per-image phase and contrast.
+// Draws image i into pixels [3, kSide, kSide] and returns its label.
+int drawStripes(std::int64_t i, std::uint64_t salt, std::uint8_t* pixels) {
+  const int label = static_cast<int>(i % kClasses);
+  const double phase = std::fmod(i * 0.618 * static_cast<double>(salt), 1.0) * 6.28, gain = 60 + (i * 7) % 60;
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < kSide; ++y)
+      for (int x = 0; x < kSide; ++x) {
+        const int u = label == 0 ? x : label == 1 ? y : label == 2 ? x + y : x - y;
+        const std::uint64_t h = (i * 2654435761u + (c * kSide + y) * kSide + x) * 40503u;
+        const double noise = static_cast<double>(h % 97) - 48;  // +-48 grey levels
+        const double v = std::clamp(128 + gain * std::sin(u * 1.2 + phase + c) + noise, 0.0, 255.0);
+        pixels[(c * kSide + y) * kSide + x] = static_cast<std::uint8_t>(v);
+      }
+  return label;
+}
+
+// The training set one image at a time (fromFunction); the test set the other way, as a program
+// holding its images already would: a pixelBuffer filled, then fromMemory.
 data::Dataset stripes(data::Split split, std::int64_t count) {
   const std::uint64_t salt = split == data::Split::kTrain ? 1 : 2;
-  return data::fromFunction("stripes", split, count, 3, kSide, kSide, kClasses,
-                            [salt](std::int64_t i, std::uint8_t* pixels) {
-                              const int label = static_cast<int>(i % kClasses);
-                              const double phase = std::fmod(i * 0.618 * static_cast<double>(salt), 1.0) * 6.28, gain = 60 + (i * 7) % 60;
-                              for (int c = 0; c < 3; ++c)
-                                for (int y = 0; y < kSide; ++y)
-                                  for (int x = 0; x < kSide; ++x) {
-                                    const int u = label == 0 ? x : label == 1 ? y : label == 2 ? x + y : x - y;
-                                    const std::uint64_t h = (i * 2654435761u + (c * kSide + y) * kSide + x) * 40503u;
-                                    const double noise = static_cast<double>(h % 97) - 48;  // +-48 grey levels
-                                    const double v = std::clamp(128 + gain * std::sin(u * 1.2 + phase + c) + noise, 0.0, 255.0);
-                                    pixels[(c * kSide + y) * kSide + x] = static_cast<std::uint8_t>(v);
-                                  }
-                              return label;
-                            });
+  if (split == data::Split::kTrain)
+    return data::fromFunction("stripes", split, count, 3, kSide, kSide, kClasses,
+                              [salt](std::int64_t i, std::uint8_t* pixels) { return drawStripes(i, salt, pixels); });
+  const std::size_t image = 3 * kSide * kSide;
+  std::vector<std::uint8_t> pixels = data::pixelBuffer(static_cast<std::size_t>(count) * image);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) labels[i] = drawStripes(i, salt, pixels.data() + i * image);
+  return data::fromMemory("stripes", split, 3, kSide, kSide, kClasses, std::move(pixels), std::move(labels));
 }
 
 // A layer of one's own that only watches: the mean of the features it sees. It hands on its
@@ -189,6 +202,8 @@ void map_fn(int, const xs::Flags& flags) {
   const data::Transform plain(t, 3, kSide, kSide);
   data::DistributedSampler sampler({train.size(), xs::world_size(), xs::get_ordinal(), true, 7});
   data::ParallelLoader loader(train, augment, sampler, {.batchSize = 32, .seed = 7});
+  // Its threads by default (kAutoThreads): none where the machine's ranks take every core.
+  xs::master_print("each worker's loader: {} thread(s)", loader.threads());
 
   xs::TrainingState state;
   if (resume) {

@@ -128,34 +128,53 @@ void ParallelLoader::workerLoop() {
                nextToBuild_ < nextToDeliver_ + config_.prefetch;
       });
       if (stopping_ || nextToBuild_ >= numBatches_) return;
-      b = nextToBuild_++;
-      if (!spare_.empty()) {
-        slot.batch.images = std::move(spare_.back());
-        spare_.pop_back();
-      }
+      b = claim(slot);
     }
-    double buildSeconds = 0;
-    double transferSeconds = 0;
-    try {
-      const auto t0 = Clock::now();
-      buildBatch(b, slot.batch);
-      buildSeconds = secondsSince(t0);
-      if (config_.transfer && !stopping_) {
-        std::lock_guard<std::mutex> transferLock(transferMutex_);
-        const auto t1 = Clock::now();
-        config_.transfer(slot.batch);
-        transferSeconds = secondsSince(t1);
-      }
-    } catch (...) {
-      slot.error = std::current_exception();
-    }
+    fill(b, slot);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      stats_.buildSeconds += buildSeconds;
-      stats_.transferSeconds += transferSeconds;
       ready_.emplace(b, std::move(slot));
     }
     readyCv_.notify_all();
+  }
+}
+
+std::int64_t ParallelLoader::claim(Slot& slot) {
+  if (!spare_.empty()) {
+    slot.batch.images = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  return nextToBuild_++;
+}
+
+void ParallelLoader::fill(std::int64_t b, Slot& slot) {
+  double buildSeconds = 0;
+  double transferSeconds = 0;
+  try {
+    const auto t0 = Clock::now();
+    buildBatch(b, slot.batch);
+    buildSeconds = secondsSince(t0);
+    if (config_.transfer && !stopping_) {
+      std::lock_guard<std::mutex> transferLock(transferMutex_);
+      const auto t1 = Clock::now();
+      config_.transfer(slot.batch);
+      transferSeconds = secondsSince(t1);
+    }
+  } catch (...) {
+    slot.error = std::current_exception();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.buildSeconds += buildSeconds;
+  stats_.transferSeconds += transferSeconds;
+}
+
+void ParallelLoader::pass(const Slot& slot) {
+  ++nextToDeliver_;
+  // The position moves past this batch even when it failed, so that state() stays aligned.
+  sampler_.restore({epoch_, std::min(sampler_.numSamples(), startPosition_ + nextToDeliver_ * config_.batchSize)});
+  if (!slot.error) {
+    stats_.batches += 1;
+    stats_.samples += slot.batch.size;
   }
 }
 
@@ -183,42 +202,23 @@ void ParallelLoader::buildBatch(std::int64_t b, Batch& batch) const {
 }
 
 std::optional<Batch> ParallelLoader::nextInline() {
-  Batch batch;
+  Slot slot;
   std::int64_t b = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!running_ || nextToDeliver_ >= numBatches_) return std::nullopt;
-    b = nextToDeliver_;
-    if (!spare_.empty()) {
-      batch.images = std::move(spare_.back());
-      spare_.pop_back();
-    }
+    b = claim(slot);
   }
-  double buildSeconds = 0, transferSeconds = 0;
-  std::exception_ptr error;
-  try {
+  {
     xs::detail::telemetry::Span span(xs::detail::Category::kData, "data");  // the rank builds it
-    const auto t0 = Clock::now();
-    buildBatch(b, batch);
-    buildSeconds = secondsSince(t0);
-    if (config_.transfer) {
-      const auto t1 = Clock::now();
-      config_.transfer(batch);
-      transferSeconds = secondsSince(t1);
-    }
-  } catch (...) {
-    error = std::current_exception();
+    fill(b, slot);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  stats_.buildSeconds += buildSeconds;
-  stats_.transferSeconds += transferSeconds;
-  nextToBuild_ = nextToDeliver_ = b + 1;
-  // As with threads: the position moves past this batch even when it failed.
-  sampler_.restore({epoch_, std::min(sampler_.numSamples(), startPosition_ + nextToDeliver_ * config_.batchSize)});
-  if (error) std::rethrow_exception(error);
-  stats_.batches += 1;
-  stats_.samples += batch.size;
-  return batch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pass(slot);
+  }
+  if (slot.error) std::rethrow_exception(slot.error);
+  return std::move(slot.batch);
 }
 
 std::optional<Batch> ParallelLoader::next() {
@@ -233,14 +233,7 @@ std::optional<Batch> ParallelLoader::next() {
   stats_.waitSeconds += secondsSince(t0);
   Slot slot = std::move(ready_.at(nextToDeliver_));
   ready_.erase(nextToDeliver_);
-  ++nextToDeliver_;
-  // The position moves past this batch even when it failed, so that state() stays aligned.
-  sampler_.restore({epoch_, std::min(sampler_.numSamples(),
-                                     startPosition_ + nextToDeliver_ * config_.batchSize)});
-  if (!slot.error) {
-    stats_.batches += 1;
-    stats_.samples += slot.batch.size;
-  }
+  pass(slot);
   lock.unlock();
   workCv_.notify_all();
   if (slot.error) std::rethrow_exception(slot.error);

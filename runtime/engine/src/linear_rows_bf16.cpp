@@ -315,15 +315,6 @@ void weightGradient(Device& dev, const std::uint16_t* dy, const std::uint16_t* x
 // bytes a weight) ran four rows abreast in pieces of 96 columns and did not overlap the tiles'
 // sums; one row at a time they stream at the rate of a plain loop. AlexNet 64's bf16 step on
 // Zen 5: 1.05x (1.03x in a slower phase of the VM's memory).
-struct IntoRowsBuffer {
-  float* g;
-  int in;
-  int o0;
-  __attribute__((target("avx512f"))) void operator()(__m512 v, int o, int k, __mmask16 lanes) const {
-    rows::storeLanes(g + static_cast<std::size_t>(o - o0) * in + k, lanes, v);
-  }
-};
-
 // The step of rows o0.. (`count` of them) from their gradient g [count][in], row after row.
 template <class Into>
 XS_DPBF16 void stepRows(const float* g, int count, int in, int o0, const Into& into) {
@@ -349,8 +340,9 @@ void weightSteps(Device& dev, const std::uint16_t* dy, const std::uint16_t* x, i
   float* g = dev.scratch(rows::kXtSlot, static_cast<std::size_t>(kTileRows) * in);  // free in this pass
   for (int o0 = 0; o0 < out; o0 += kTileRows) {
     const int count = std::min(kTileRows, out - o0);
-    IntoRowsBuffer buffer{g, in, o0};
-    weightRows(count, dyB, xp, pairs, o0, 0, in, buffer);
+    // The rows' gradient as a gradient of rows 0..count-1 (dy^T from row o0 on) into g.
+    rows::IntoGradient buffer{g, in, true};
+    weightRows(count, dyB + static_cast<std::size_t>(o0) * pairs, xp, pairs, 0, 0, in, buffer);
     stepRows(g, count, in, o0, into);
   }
 }

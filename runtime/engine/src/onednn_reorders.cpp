@@ -93,12 +93,13 @@ XS_DPBF16 inline __m512i pairOf(__m512 lo, __m512 hi) {
 // pairsOverIc: pairs of input channels, lanes the output channels (ABcd8b16a2b), straight from
 // the transposed block; otherwise the reverse (ABcd8a16b2a), each tap's 16 rows of it transposed
 // back. No gathers: on Zen 5 they took 1.2 cycles a value, these shuffles about a third of that.
-XS_DPBF16 void weightPairs(std::uint32_t* dst, const float* w, int oc, int ic, int taps, bool pairsOverIc) {
-  std::vector<float> st(static_cast<std::size_t>(kBlock) * kBlock * taps);
+// st: kBlock * kBlock * taps floats of staging.
+XS_DPBF16 void weightPairs(std::uint32_t* dst, float* st, const float* w, int oc, int ic, int taps,
+                           bool pairsOverIc) {
   for (int o0 = 0; o0 < oc; o0 += kBlock)
     for (int i0 = 0; i0 < ic; i0 += kBlock) {
-      transposeBlock(st.data(), w, ic, taps, o0, i0);
-      const auto row = [&](int i, int t) { return st.data() + (static_cast<std::size_t>(i) * taps + t) * kBlock; };
+      transposeBlock(st, w, ic, taps, o0, i0);
+      const auto row = [&](int i, int t) { return st + (static_cast<std::size_t>(i) * taps + t) * kBlock; };
       for (int t = 0; t < taps; ++t) {
         __m512 r[kBlock];
         for (int i = 0; i < kBlock; ++i) r[i] = _mm512_loadu_ps(row(i, t));  // [input channel][output channel]
@@ -172,6 +173,8 @@ OwnReorder OwnReorder::between(const memory::desc& from, const memory::desc& to)
     r.kind_ = kPairsOverOc;
   else if (blocks && is(from, dims, dt::f32, tag::ABcd16b16a) && is(to, dims, dt::f32, tag::abcd))
     r.kind_ = kGradBlocksToPlain;
+  if (r.kind_ == kPairsOverIc || r.kind_ == kPairsOverOc)
+    r.stage_.resize(static_cast<std::size_t>(kBlock) * kBlock * r.taps_);  // once, not a call
   return r;
 }
 
@@ -182,8 +185,8 @@ void OwnReorder::operator()(const void* src, void* dst) const {
     case kNone: break;
     case kNhwcToBlocks: return blockPixels(static_cast<float*>(dst), f, a_, b_, pixels);
     case kNhwcToBf16Blocks: return blockPixels(static_cast<std::uint16_t*>(dst), f, a_, b_, pixels);
-    case kPairsOverIc: return weightPairs(static_cast<std::uint32_t*>(dst), f, a_, b_, taps_, true);
-    case kPairsOverOc: return weightPairs(static_cast<std::uint32_t*>(dst), f, a_, b_, taps_, false);
+    case kPairsOverIc: return weightPairs(static_cast<std::uint32_t*>(dst), stage_.data(), f, a_, b_, taps_, true);
+    case kPairsOverOc: return weightPairs(static_cast<std::uint32_t*>(dst), stage_.data(), f, a_, b_, taps_, false);
     case kGradBlocksToPlain: return gradBlocksToPlain(static_cast<float*>(dst), f, a_, b_, taps_);
   }
 }

@@ -4,6 +4,8 @@
 // into each layout, 20 us for its gradient back); these take about 55 (docs/benchmarks.md).
 #pragma once
 
+#include <vector>
+
 #include <dnnl.hpp>
 
 namespace xs::engine::detail {
@@ -29,6 +31,7 @@ class OwnReorder {
   enum Kind { kNone, kNhwcToBlocks, kNhwcToBf16Blocks, kPairsOverIc, kPairsOverOc, kGradBlocksToPlain };
   Kind kind_ = kNone;
   int a_ = 0, b_ = 0, taps_ = 0;  // dims a, b and c * d: oc, ic and taps (weights); n, c and pixels
+  mutable std::vector<float> stage_;  // the weights' transposed block (16 x 16 x taps floats)
 };
 
 }  // namespace xs::engine::detail

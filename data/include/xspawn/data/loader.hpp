@@ -111,6 +111,12 @@ class ParallelLoader {
   };
   void workerLoop();
   std::optional<Batch> nextInline();
+  // Under mutex_: the next batch number to build, with a spare image buffer in slot if any.
+  std::int64_t claim(Slot& slot);
+  // Builds batch b into slot (and runs the transfer hook), an error kept in slot.error.
+  void fill(std::int64_t b, Slot& slot);
+  // Under mutex_: the consumer takes slot, the next batch: the position and the counts move on.
+  void pass(const Slot& slot);
   void buildBatch(std::int64_t b, Batch& batch) const;
   std::int64_t batchCount(std::int64_t samples) const;
 
