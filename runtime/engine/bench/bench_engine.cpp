@@ -196,7 +196,8 @@ int run(const Args& a) {
 // bf16, each against the peak of the unit it runs on, with bf16's speed over fp32's. --rounds N
 // runs the whole table N times over and prints each row's median: a shared machine's memory
 // speed changes in phases of minutes (the FMA probe does not see them, the memory-bound rows
-// do), so every row takes its turn in each phase; each round opens with a memory probe.
+// do), so every row takes its turn in each phase; each round opens with a memory probe, and each
+// row of a round is printed to stderr as it is measured.
 struct Case {
   const char* model;
   int batch, imageSize, iters;
@@ -285,6 +286,13 @@ nlohmann::json allRowJson(const Case& c, const char* precision, const Args& base
           {"rounds", each}};
 }
 
+// With --rounds N, each row of a round as it is measured (the table of medians comes at the end).
+void printRoundRow(int round, int rounds, const Case& c, const char* precision, const Measured& m) {
+  fmt::print(stderr, "round {}/{}: {} {} {} {}: {:.2f} ms/step, {}% of peak\n", round + 1, rounds, c.model, c.batch,
+             c.imageSize, precision, m.r.eng.msPerStep,
+             m.r.peak.gflops > 0 ? fmt::format("{:.1f}", m.percent) : std::string("n/a"));
+}
+
 int runAll(const Args& base) {
   constexpr std::size_t kRows = std::size(kAllCases) * kPrecisionCount;
   std::vector<std::vector<Measured>> rows(kRows);  // [case * 2 + precision][round]
@@ -305,6 +313,7 @@ int runAll(const Args& base) {
       if (i % kPrecisionCount) m.bf16OverFp32 = m.r.eng.imagesPerSecond / rows[i - 1].back().r.eng.imagesPerSecond;
       rows[i].push_back(m);
       if (base.rounds == 1) printAllRow(c, kPrecisions[i % kPrecisionCount], rows[i]);
+      else printRoundRow(round, base.rounds, c, kPrecisions[i % kPrecisionCount], m);
     }
   }
   if (base.rounds > 1) {
@@ -341,8 +350,8 @@ int main(int argc, char** argv) {
        "1: xspawn's SGD step inside backward (Model::setOptimizerInBackward); 0: after it, as the PyTorch peer")
       ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (no PyTorch peers; --iters then applies to every row)")
       ("rounds", po::value(&a.rounds)->default_value(a.rounds),
-       "with --all: run the whole table this many times and print each row's median and the range of its % of "
-       "peak (a shared machine's memory speed changes in phases)");
+       "with --all: run the whole table this many times (each row to stderr as it is measured), then print each "
+       "row's median and the range of its % of peak (a shared machine's memory speed changes in phases)");
   try {
     po::variables_map vm;
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
