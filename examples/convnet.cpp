@@ -37,8 +37,9 @@ void map_fn(int, const xs::Flags& flags) {
   const std::uint64_t seed = flags.get("seed", std::uint64_t{1234});
   data::DatasetSpec spec;
   spec.dir = flags.get("data-dir", data::kFashionMnistSystemDir);
-  const data::Dataset train = data::loadDataset(spec, data::Split::kTrain);
-  const data::Dataset test = data::loadDataset(spec, data::Split::kTest);
+  // Each split read by one rank and kept once for the machine, in shared memory (as the trainer).
+  const data::Dataset train = data::shareDataset([&] { return data::loadDataset(spec, data::Split::kTrain); }, 0);
+  const data::Dataset test = data::shareDataset([&] { return data::loadDataset(spec, data::Split::kTest); }, 1);
 
   const auto precision = xs::engine::parsePrecision(flags.get("precision", "bf16"));
   xs::engine::Device device(xs::device_options(precision));

@@ -7,12 +7,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <span>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "xspawn/collectives.hpp"
 #include "xspawn/data/cifar.hpp"
 #include "xspawn/error.hpp"
 #include "xspawn/xspawn.hpp"
@@ -197,38 +195,11 @@ data::Dataset loadSplit(const TrainOptions& o, data::Split split) {
 
 data::Dataset loadSplitShared(const TrainOptions& o, data::Split split) {
   // Inflating Fashion-MNIST's training images (26 MB of gzip) takes about 90 ms of a core: 8
-  // ranks on 2 cores spent about 0.36 s of the default run reading the same files, where a
-  // broadcast of the 55 MB takes about 30 ms. Across machines it would cross the network.
-  const int world = xs::world_size();
-  if (world == 1 || xs::local_world_size() != world) return loadSplit(o, split);
-  const int reader = split == data::Split::kTrain ? 0 : 1;
-  const bool reads = xs::get_ordinal() == reader;
-  data::Dataset d;
-  if (reads) d = loadSplit(o, split);
-  // images, channels, height, width, classes, pixel bytes
-  std::array<std::int64_t, 6> shape{d.size(), d.channels, d.height, d.width, d.numClasses,
-                                    static_cast<std::int64_t>(d.pixels.size())};
-  xs::CollectiveOptions opt;
-  opt.tag = split == data::Split::kTrain ? "training set" : "test set";
-  xs::broadcast(std::span<std::int64_t>(shape), reader, opt);
-  if (!reads) {
-    d.name = o.dataset;
-    d.split = split;
-    d.channels = static_cast<int>(shape[1]);
-    d.height = static_cast<int>(shape[2]);
-    d.width = static_cast<int>(shape[3]);
-    d.numClasses = static_cast<int>(shape[4]);
-    d.labels.resize(static_cast<std::size_t>(shape[0]));
-  }
-  // The pixels travel as 32-bit words: padded to a whole one, then cut back.
-  const auto bytes = static_cast<std::size_t>(shape[5]);
-  // The receivers' copy on 2 MiB pages: first touches of 4 KiB pages were most of their cost.
-  if (reads) d.pixels.resize((bytes + 3) / 4 * 4);
-  else d.pixels = data::pixelBuffer((bytes + 3) / 4 * 4);
-  xs::broadcast(d.pixels.data(), d.pixels.size() / 4, xs::DType::kInt32, reader, opt);
-  d.pixels.resize(bytes);
-  xs::broadcast(std::span<std::int32_t>(d.labels), reader, opt);
-  return d;
+  // ranks on 2 cores spent about 0.36 s of the default run reading the same files. One rank reads
+  // them and the machine keeps one copy in shared memory (data::shareDataset): the others
+  // received 47 MB each before, and their first touch of that memory was most of the start-up's
+  // cost (docs/data.md). Across machines each rank reads the files itself.
+  return data::shareDataset([&] { return loadSplit(o, split); }, split == data::Split::kTrain ? 0 : 1);
 }
 
 data::TransformConfig testTransform(const TrainOptions& o, const data::Dataset& train) {

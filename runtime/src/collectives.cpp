@@ -3,6 +3,7 @@
 #include "collectives_impl.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 
@@ -85,6 +86,7 @@ void reduce_scatter(const void* in, void* out, std::size_t count, DType type, Re
 }
 void* shared_alloc(std::size_t bytes) { return detail::collectives().sharedAlloc(bytes); }
 void shared_reset() { detail::collectives().sharedReset(); }
+void* shared_alloc_common(std::size_t bytes, int owner) { return detail::collectives().sharedAllocCommon(bytes, owner); }
 
 }  // namespace xs
 
@@ -149,6 +151,37 @@ void* Collectives::sharedAlloc(std::size_t bytes) {
   std::byte* p = arena_.heap(rank_) + start;
   reserveHeap(context_.segment->name(), static_cast<std::uint64_t>(p - context_.segment->base()), bytes);
   heapUsed_ = start + bytes;
+  return p;
+}
+
+void* Collectives::sharedAllocCommon(std::size_t bytes, int owner) {
+  XS_CHECK(!acrossMachines(), UsageError,
+           "shared_alloc_common shares memory between the ranks of one machine, and this job spans machines: "
+           "keep a copy on every rank (xs::broadcast into private memory)");
+  XS_CHECK(owner >= 0 && owner < world_, UsageError,
+           fmt::format("shared_alloc_common: owner {} is not a rank of this job (0-{})", owner, world_ - 1));
+  const std::size_t start = (heapUsed_ + 63) / 64 * 64;
+  const bool fits = arena_.heapBytes() > 0 && start + bytes <= arena_.heapBytes();
+  // The owner takes the pages; its answer and its `bytes` reach every rank (the op's check
+  // names a rank that passed another owner).
+  std::array<std::int64_t, 2> answer{static_cast<std::int64_t>(bytes), fits ? 1 : 0};
+  std::byte* p = arena_.heap(owner) + start;
+  if (rank_ == owner && fits && bytes > 0) {
+    try {
+      reserveHeap(context_.segment->name(), static_cast<std::uint64_t>(p - context_.segment->base()), bytes);
+    } catch (const ShmSpaceError&) {
+      answer[1] = 0;
+    }
+  }
+  CollectiveOptions opt;
+  opt.tag = "shared_alloc_common";
+  broadcast(answer.data(), answer.size(), DType::kInt64, owner, opt);
+  XS_CHECK(static_cast<std::size_t>(answer[0]) == bytes, UsageError,
+           fmt::format("shared_alloc_common: this rank ({}) asked for {} bytes but the owner, rank {}, for {}: every "
+                       "rank must ask for the same size",
+                       rank_, bytes, owner, answer[0]));
+  if (!answer[1]) return nullptr;
+  heapUsed_ = start + bytes;  // every rank's cursor past it, its pages taken in the owner's region only
   return p;
 }
 

@@ -46,6 +46,7 @@ class Collectives {
   void reduceScatter(const void* in, void* out, std::size_t count, DType type, ReduceOp op,
                      const CollectiveOptions& options);
   void* sharedAlloc(std::size_t bytes);
+  void* sharedAllocCommon(std::size_t bytes, int owner);
   void sharedReset() { heapUsed_ = 0; }
 
   // The algorithm `auto` picks for an all-reduce of `bytes` (zero-copy eligible or not).

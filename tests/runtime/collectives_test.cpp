@@ -5,9 +5,11 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -222,6 +224,80 @@ TEST(CollectivesOversubscribed, EightRanksOnTwoCoresWithoutSpinStorms) {
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.exitCode, 0) << r.report.text();
   EXPECT_LT(s, 10.0);
+}
+
+SpawnOptions withHeap(const std::string& tag, std::size_t heapBytes) {
+  SpawnOptions o;
+  o.quiet = true;
+  o.jobId = uniqueJobId(tag);
+  o.sharedHeapBytes = heapBytes;
+  return o;
+}
+
+// A zero-copy all-reduce of `count` floats newly allocated in the shared heap, `mine` on this
+// rank: whether every element comes out as `want` (the ranks' heap cursors in step).
+bool heapSumIs(std::size_t count, float mine, float want) {
+  auto g = shared_alloc<float>(count);
+  std::fill(g.begin(), g.end(), mine);
+  CollectiveOptions zc;
+  zc.zeroCopyMinBytes = 0;
+  all_reduce(g, ReduceOp::kSum, zc);
+  return std::all_of(g.begin(), g.end(), [want](float v) { return v == want; });
+}
+
+// shared_alloc_common: one buffer for the machine, written by its owner, read by every rank; the
+// ranks' later shared_alloc calls stay in step (a zero-copy all-reduce after it).
+TEST(SharedAllocCommon, EveryRankSeesTheOwnersBytesAndLaterAllocationsStayInStep) {
+  SpawnOptions o = withHeap("common", 8 << 20);
+  JobResult r = spawn(
+      [](int rank, const Flags&) {
+        constexpr std::size_t kBytes = 3 * 1024 * 1024 + 5;
+        auto* p = static_cast<unsigned char*>(shared_alloc_common(kBytes, 2));
+        if (!p) return 10;
+        if (rank == 2)
+          for (std::size_t i = 0; i < kBytes; ++i) p[i] = static_cast<unsigned char>(i * 131 + 7);
+        barrier("written");
+        for (std::size_t i = 0; i < kBytes; ++i)
+          if (p[i] != static_cast<unsigned char>(i * 131 + 7)) return 11;
+        return heapSumIs(50000, static_cast<float>(rank + 1), 10.f) ? 0 : 12;
+      },
+      4, o);
+  EXPECT_EQ(r.exitCode, 0) << r.report.text();
+  EXPECT_FALSE(segmentExists(o.jobId));
+}
+
+TEST(SharedAllocCommon, NoRoomIsNullOnEveryRankAndTheHeapStaysUsable) {
+  SpawnOptions o = withHeap("noroom", 1 << 20);
+  JobResult r = spawn(
+      [](int rank, const Flags&) {
+        if (shared_alloc_common(2 << 20, 1) != nullptr) return 10;  // more than a rank's heap
+        if (!heapSumIs(1000, static_cast<float>(rank), 3.f)) return 11;
+        auto* p = static_cast<int*>(shared_alloc_common(64 * 1024, 0));  // what is left still fits
+        if (!p) return 12;
+        if (rank == 0) *p = 42;
+        barrier("written");
+        return *p == 42 ? 0 : 13;
+      },
+      3, o);
+  EXPECT_EQ(r.exitCode, 0) << r.report.text();
+  EXPECT_FALSE(segmentExists(o.jobId));
+}
+
+TEST(SharedAllocCommon, AnotherSizeOrAnOwnerOutsideTheJobIsAUsageError) {
+  for (const auto& [fn, says] : std::vector<std::pair<std::function<int(int, const Flags&)>, std::string>>{
+           {[](int rank, const Flags&) { return shared_alloc_common(rank == 1 ? 100 : 200, 0) ? 0 : 1; },
+            "this rank (1) asked for 100 bytes but the owner, rank 0, for 200: every rank must ask for the same size"},
+           {[](int, const Flags&) { return shared_alloc_common(100, 5) ? 0 : 1; },
+            "owner 5 is not a rank of this job (0-2)"}}) {
+    SpawnOptions o;
+    o.quiet = true;
+    o.printReport = false;
+    o.jobId = uniqueJobId("commonbad");
+    JobResult r = spawn(fn, 3, o);
+    EXPECT_NE(r.exitCode, 0);
+    EXPECT_NE(r.report.text().find(says), std::string::npos) << r.report.text();
+    EXPECT_FALSE(segmentExists(o.jobId));
+  }
 }
 
 }  // namespace

@@ -78,6 +78,17 @@ void reduce_scatter(const void* in, void* out, std::size_t count, DType type,
 void* shared_alloc(std::size_t bytes);
 // Frees every shared_alloc allocation of this rank (all ranks must do it together).
 void shared_reset();
+// One buffer of `bytes` that every rank of the machine shares, not one per rank: held in rank
+// `owner`'s region of the shared heap (only that rank's pages are taken), at the
+// place where each rank's next shared_alloc would go, so that the ranks' later allocations stay
+// in step. For read-mostly data that the machine needs once, not once per rank (a dataset: see
+// xs::data::shareDataset). Collective: every rank calls it at the same point with the same
+// `bytes` and `owner` (UsageError otherwise); it returns the same memory on every rank, or null
+// on every rank when there is no room for it (the shared heap's reservation, --shared-heap, or
+// /dev/shm), for the caller to keep private copies instead. `owner` writes it; the others read
+// it after a collective that follows the writes (xs::barrier). A job of one machine only (under
+// mpirun: UsageError). Freed by shared_reset, as shared_alloc's.
+void* shared_alloc_common(std::size_t bytes, int owner = 0);
 
 template <class T>
 constexpr DType dtypeOf() {
