@@ -86,7 +86,7 @@ std::uint32_t bigEndian(const unsigned char* p) {
 
 // Header of an IDX file (raw or .gz): magic, count and (images) rows, cols; then the size the
 // header implies against the file's size (raw) or the gzip trailer's size (mod 2^32).
-std::uint32_t checkIdxFile(const fs::path& path, std::uint32_t magic, int dims) {
+std::uint32_t checkIdxFile(const fs::path& path, std::uint32_t magic, int dims, std::uint64_t* itemBytes = nullptr) {
   const std::string name = path.string();
   gzFile f = gzopen(name.c_str(), "rb");
   if (!f) XS_THROW(xs::FileNotFoundError, name + ": cannot be opened; check its permissions");
@@ -120,6 +120,7 @@ std::uint32_t checkIdxFile(const fs::path& path, std::uint32_t magic, int dims) 
     item *= side;
   }
   if (count == 0) XS_THROW(xs::FormatError, name + ": the header says 0 items; re-download it");
+  if (itemBytes) *itemBytes = item;
   const std::uint64_t expect = static_cast<std::uint64_t>(want) + count * item;
   std::error_code ec;
   const std::uint64_t size = fs::file_size(path, ec);
@@ -138,20 +139,31 @@ std::uint32_t checkIdxFile(const fs::path& path, std::uint32_t magic, int dims) 
   return count;
 }
 
-void checkIdxDir(const fs::path& dir) {
+// The pixel bytes of `count` images of `image` bytes, of which a job uses the first `limit` (0: all).
+std::uint64_t usedBytes(std::uint64_t count, std::uint64_t image, std::int64_t limit) {
+  return (limit > 0 ? std::min<std::uint64_t>(count, static_cast<std::uint64_t>(limit)) : count) * image;
+}
+
+SplitBytes checkIdxDir(const fs::path& dir, const TrainOptions& o) {
+  SplitBytes bytes;
   for (const char* split : {"train", "t10k"}) {
     fs::path images = data::findIdxFile(dir, std::string(split) + "-images-idx3-ubyte");
     fs::path labels = data::findIdxFile(dir, std::string(split) + "-labels-idx1-ubyte");
-    std::uint32_t n = checkIdxFile(images, data::kIdxImagesMagic, 3);
+    std::uint64_t image = 0;
+    std::uint32_t n = checkIdxFile(images, data::kIdxImagesMagic, 3, &image);
     std::uint32_t m = checkIdxFile(labels, data::kIdxLabelsMagic, 1);
     if (n != m)
       XS_THROW(xs::MismatchError, fmt::format("{}: holds {} labels but {} holds {} images; use matching files",
                                                      labels.string(), m, images.filename().string(), n));
+    const bool train = split == std::string("train");
+    (train ? bytes.train : bytes.test) = usedBytes(n, image, train ? o.trainSize : o.testSize);
   }
+  return bytes;
 }
 
-void checkCifarDir(const fs::path& dir) {
+SplitBytes checkCifarDir(const fs::path& dir, const TrainOptions& o) {
   fs::path d = data::findCifarDir(dir);
+  std::uint64_t trainRecords = 0, testRecords = 0;
   for (const char* base : {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
                            "data_batch_5.bin", "test_batch.bin"}) {
     fs::path f = d / base;
@@ -162,7 +174,10 @@ void checkCifarDir(const fs::path& dir) {
     if (size == 0 || size % data::kCifarRecordBytes != 0)
       XS_THROW(xs::TruncatedError, fmt::format("{}: truncated: {} bytes is not a whole, non-zero number of {}-byte records; re-download it",
                                                       f.string(), size, data::kCifarRecordBytes));
+    (std::string(base) == "test_batch.bin" ? testRecords : trainRecords) += size / data::kCifarRecordBytes;
   }
+  const std::uint64_t image = data::kCifarRecordBytes - 1;  // the label byte, then the pixels
+  return {usedBytes(trainRecords, image, o.trainSize), usedBytes(testRecords, image, o.testSize)};
 }
 
 }  // namespace
@@ -220,8 +235,12 @@ data::TransformConfig trainTransform(const TrainOptions& o, const data::Dataset&
   return t;
 }
 
-void checkDatasetFiles(const TrainOptions& o) {
-  if (o.dataset == "synthetic") return;
+SplitBytes checkDatasetFiles(const TrainOptions& o) {
+  if (o.dataset == "synthetic") {
+    const data::SyntheticConfig c = datasetSpec(o).synthetic;
+    const std::uint64_t image = static_cast<std::uint64_t>(c.channels) * c.height * c.width;
+    return {static_cast<std::uint64_t>(c.trainCount) * image, static_cast<std::uint64_t>(c.testCount) * image};
+  }
   fs::path dir = o.dataDir.empty() ? data::defaultDataDir(o.dataset) : fs::path(o.dataDir);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -231,8 +250,7 @@ void checkDatasetFiles(const TrainOptions& o) {
     XS_THROW(xs::FileNotFoundError,
                   dir.string() + ": data directory of '" + o.dataset + "' does not exist; " + hint);
   }
-  if (o.dataset == "cifar10") checkCifarDir(dir);
-  else checkIdxDir(dir);
+  return o.dataset == "cifar10" ? checkCifarDir(dir, o) : checkIdxDir(dir, o);
 }
 
 }  // namespace xs::train

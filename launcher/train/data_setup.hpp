@@ -24,14 +24,19 @@ data::TransformConfig testTransform(const TrainOptions& o, const data::Dataset& 
 // Loads a split, cut to --train-size / --test-size.
 data::Dataset loadSplit(const TrainOptions& o, data::Split split);
 // The same, collectively (every rank calls it): in a job on one machine one rank reads the split
-// (rank 0 the training set, rank 1 the test set) and broadcasts it to the others over shared
-// memory; a job across machines reads it in every rank. If the reader fails, its error is the
-// job's (the others wait in the broadcast until the job stops).
+// (rank 0 the training set, rank 1 the test set) and the machine keeps one copy of its pixels in
+// shared memory (data::shareDataset); a job across machines reads it in every rank. If the
+// reader fails, its error is the job's (the others wait in a broadcast until the job stops).
 data::Dataset loadSplitShared(const TrainOptions& o, data::Split split);
 
+// The pixel bytes of each split a run uses (after --train-size and --test-size).
+struct SplitBytes {
+  std::uint64_t train = 0, test = 0;
+};
 // Checks that the dataset's files exist and that their headers and sizes are consistent,
-// reading a few bytes of each (the gzip trailer gives a .gz file's decompressed size).
-// Throws the data pipeline's errors (FileNotFoundError, FormatError, ...).
-void checkDatasetFiles(const TrainOptions& o);
+// reading a few bytes of each (the gzip trailer gives a .gz file's decompressed size), and
+// returns the pixel bytes of its splits, as the shared heap holds them (synthetic: from its
+// counts). Throws the data pipeline's errors (FileNotFoundError, FormatError, ...).
+SplitBytes checkDatasetFiles(const TrainOptions& o);
 
 }  // namespace xs::train

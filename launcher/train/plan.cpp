@@ -24,18 +24,20 @@ std::size_t gradientFloats(const TrainOptions& o) {
   return params.size();
 }
 
-std::size_t sharedHeapBytes(std::size_t gradientFloats) {
-  const std::size_t bytes = (gradientFloats + xs::kStepStats) * sizeof(float);
-  return (bytes + 63) / 64 * 64 + (64u << 10);
+std::size_t sharedHeapBytes(std::size_t gradientFloats, std::uint64_t datasetBytes) {
+  // Every rank's heap cursor passes the datasets' one copy (shareDataset), then the gradients.
+  const auto block = [](std::uint64_t bytes) { return static_cast<std::size_t>((bytes + 63) / 64 * 64); };
+  return block(datasetBytes) + block((gradientFloats + xs::kStepStats) * sizeof(float)) + (64u << 10);
 }
 
 std::string makePlan(const TrainOptions& o) {
   engine::parsePrecision(o.precision);
   engine::parseMemorySize(o.deviceMemory);
   const std::size_t grads = gradientFloats(o);
-  checkDatasetFiles(o);
+  const SplitBytes data = checkDatasetFiles(o);
   if (!o.resume.empty()) readTrainState(o.resume);
-  nlohmann::json j = {{"shared_heap_bytes", sharedHeapBytes(grads)}};
+  // The two splits' pixels, each a block of its own in the heap.
+  nlohmann::json j = {{"shared_heap_bytes", sharedHeapBytes(grads, (data.train + 63) / 64 * 64 + data.test)}};
   return j.dump();
 }
 

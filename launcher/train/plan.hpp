@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "options.hpp"
@@ -13,8 +14,10 @@ namespace xs::train {
 // Throws the engine's errors for an unknown model or an unusable image size.
 std::size_t gradientFloats(const TrainOptions& o);
 
-// Bytes of shared heap one rank needs: gradients + statistics, 64-byte aligned, plus slack.
-std::size_t sharedHeapBytes(std::size_t gradientFloats);
+// Bytes of shared heap one rank needs: the datasets' one copy (data::shareDataset takes them in
+// one rank's region, and every rank's cursor past them), then gradients + statistics, each
+// 64-byte aligned, plus slack.
+std::size_t sharedHeapBytes(std::size_t gradientFloats, std::uint64_t datasetBytes);
 
 // Validates the model, image size, device options, dataset files and the checkpoint to resume;
 // returns the plan's JSON line. Throws on a bad input.

@@ -121,13 +121,14 @@ TEST(TrainOptions, LoaderThreads) {
   }
 }
 
-TEST(TrainPlan, SharedHeapHoldsTheGradients) {
-  TrainOptions o = parseOptions({"--dataset", "synthetic"});
+TEST(TrainPlan, SharedHeapHoldsTheDatasetsAndTheGradients) {
+  TrainOptions o = parseOptions({"--dataset", "synthetic", "--train-size", "1000", "--test-size", "100"});
   resolveDefaults(o);
   std::size_t floats = gradientFloats(o);
   EXPECT_GT(floats, 90000u);  // seed 004's convnet: about 93k parameters
-  std::size_t bytes = sharedHeapBytes(floats);
-  EXPECT_GE(bytes, (floats + xs::kStepStats) * sizeof(float));
+  const std::uint64_t data = 1000 * 784 + 100 * 784;  // 784000 is a multiple of 64
+  std::size_t bytes = sharedHeapBytes(floats, data);
+  EXPECT_GE(bytes, data + (floats + xs::kStepStats) * sizeof(float));
   auto j = nlohmann::json::parse(makePlan(o));
   EXPECT_EQ(j["shared_heap_bytes"].get<std::size_t>(), bytes);
 }

@@ -119,6 +119,20 @@ TEST(TrainRun, SameCommandSameWeights) {
   fs::remove_all(dir);
 }
 
+// The datasets' one copy goes into the shared heap before the gradients: the plan sizes the heap
+// for both, so the smallest --shared-heap still trains, and to the same weights.
+TEST(TrainRun, TheSharedHeapHoldsTheDatasetsAndTheGradients) {
+  fs::path dir = freshDir("sharedheap");
+  const std::string args = "--nprocs 3 -q train " + kSmall + "--max-steps 6 --eval-every 0 --metrics ";
+  CommandResult a = runXspawn(args + (dir / "a.jsonl").string());
+  CommandResult b = runXspawn("--shared-heap 64K " + args + (dir / "b.jsonl").string());
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_FALSE(summaryHash(dir / "a.jsonl").empty());
+  EXPECT_EQ(summaryHash(dir / "a.jsonl"), summaryHash(dir / "b.jsonl"));
+  fs::remove_all(dir);
+}
+
 // The flat parameters of the checkpoint in dir.
 std::vector<float> weightsOf(const fs::path& dir) {
   TrainState s = readTrainState(dir.string());
