@@ -108,7 +108,8 @@ Collectives::Collectives(Context& context)
       rank_(context.control->rank()),
       world_(context.control->worldSize()),
       srcs_(world_),
-      dsts_(world_) {
+      dsts_(world_),
+      commonTop_(arena_.heapBytes()) {
   if (machineClient().active()) {
     machine_ = &machineClient();
     machines_ = machine_->machines();
@@ -141,12 +142,17 @@ bool Collectives::inHeap(const void* p, std::size_t bytes, std::uint64_t* offset
 }
 
 void* Collectives::sharedAlloc(std::size_t bytes) {
+  // Bottom up, below the buffers shared_alloc_common carved from the top.
   const std::size_t start = (heapUsed_ + 63) / 64 * 64;
-  if (start + bytes > arena_.heapBytes()) {
+  if (start > commonTop_ || bytes > commonTop_ - start) {
     XS_THROW(UsageError,
-             fmt::format("shared_alloc of {} bytes does not fit the shared heap ({} of {} bytes per "
-                         "rank in use); start the job with a larger --shared-heap (default 1G, reserved, not used, until allocated)",
-                         bytes, heapUsed_, arena_.heapBytes()));
+             fmt::format("shared_alloc of {} bytes does not fit the shared heap ({} of {} bytes per rank in use{}); "
+                         "start the job with a larger --shared-heap (default 1G, reserved, not used, until allocated)",
+                         bytes, heapUsed_, arena_.heapBytes(),
+                         commonTop_ < arena_.heapBytes()
+                             ? fmt::format(", {} more held by shared_alloc_common, e.g. a dataset shared by "
+                                           "data::shareDataset", arena_.heapBytes() - commonTop_)
+                             : std::string()));
   }
   std::byte* p = arena_.heap(rank_) + start;
   reserveHeap(context_.segment->name(), static_cast<std::uint64_t>(p - context_.segment->base()), bytes);
@@ -160,28 +166,32 @@ void* Collectives::sharedAllocCommon(std::size_t bytes, int owner) {
            "keep a copy on every rank (xs::broadcast into private memory)");
   XS_CHECK(owner >= 0 && owner < world_, UsageError,
            fmt::format("shared_alloc_common: owner {} is not a rank of this job (0-{})", owner, world_ - 1));
-  const std::size_t start = (heapUsed_ + 63) / 64 * 64;
-  const bool fits = arena_.heapBytes() > 0 && start + bytes <= arena_.heapBytes();
-  // The owner takes the pages; its answer and its `bytes` reach every rank (the op's check
-  // names a rank that passed another owner).
-  std::array<std::int64_t, 2> answer{static_cast<std::int64_t>(bytes), fits ? 1 : 0};
-  std::byte* p = arena_.heap(owner) + start;
-  if (rank_ == owner && fits && bytes > 0) {
+  // Top down, from a cursor that only this collective call moves (and shared_reset): in step on
+  // every rank whatever each rank's own shared_alloc calls took from the bottom.
+  const std::size_t top = bytes > 0 && bytes <= commonTop_ ? (commonTop_ - bytes) / 64 * 64 : 0;
+  const bool fits = bytes > 0 && bytes <= commonTop_ && top >= heapUsed_;
+  std::byte* p = arena_.heap(owner) + top;
+  bool room = fits;
+  if (rank_ == owner && fits) {
     try {
       reserveHeap(context_.segment->name(), static_cast<std::uint64_t>(p - context_.segment->base()), bytes);
     } catch (const ShmSpaceError&) {
-      answer[1] = 0;
+      room = false;  // /dev/shm is full: the pages stay unused
     }
   }
+  // Every rank's size and owner, and whether it has room, in one all-reduce of maxima (the
+  // maximum of -x is minus the minimum of x).
+  std::array<std::int64_t, 5> v{static_cast<std::int64_t>(bytes), -static_cast<std::int64_t>(bytes), owner, -owner,
+                                room ? 0 : 1};
   CollectiveOptions opt;
   opt.tag = "shared_alloc_common";
-  broadcast(answer.data(), answer.size(), DType::kInt64, owner, opt);
-  XS_CHECK(static_cast<std::size_t>(answer[0]) == bytes, UsageError,
-           fmt::format("shared_alloc_common: this rank ({}) asked for {} bytes but the owner, rank {}, for {}: every "
-                       "rank must ask for the same size",
-                       rank_, bytes, owner, answer[0]));
-  if (!answer[1]) return nullptr;
-  heapUsed_ = start + bytes;  // every rank's cursor past it, its pages taken in the owner's region only
+  allReduce(v.data(), v.data(), v.size(), DType::kInt64, ReduceOp::kMax, opt);
+  XS_CHECK(v[0] == -v[1] && v[2] == -v[3], UsageError,
+           fmt::format("shared_alloc_common: the ranks asked for {} to {} bytes from owners {} to {}: every rank "
+                       "must pass the same size and owner",
+                       -v[1], v[0], -v[3], v[2]));
+  if (v[4]) return nullptr;
+  commonTop_ = top;
   return p;
 }
 

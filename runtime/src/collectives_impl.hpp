@@ -47,7 +47,10 @@ class Collectives {
                      const CollectiveOptions& options);
   void* sharedAlloc(std::size_t bytes);
   void* sharedAllocCommon(std::size_t bytes, int owner);
-  void sharedReset() { heapUsed_ = 0; }
+  void sharedReset() {
+    heapUsed_ = 0;
+    commonTop_ = arena_.heapBytes();
+  }
 
   // The algorithm `auto` picks for an all-reduce of `bytes` (zero-copy eligible or not).
   Algorithm chooseAllReduce(std::size_t bytes, bool zeroCopy) const;
@@ -132,7 +135,9 @@ class Collectives {
   AllReduceKey lastAllReduce_;
   Description allReduceText_;
   std::uint64_t stageUses_ = 0;
-  std::size_t heapUsed_ = 0;
+  std::size_t heapUsed_ = 0;  // shared_alloc's cursor, from the bottom of this rank's region
+  // shared_alloc_common's, from the top of every region: the same on every rank.
+  std::size_t commonTop_ = 0;
   Clock::time_point deadline_{};
   // The op in progress, for its account (it started at control_.opEnteredNs()).
   OpKind opKind_ = OpKind::kAllReduce;

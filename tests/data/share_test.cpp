@@ -87,15 +87,47 @@ TEST(ShareDataset, EveryRankReadsTheOwnersOneCopy) {
   EXPECT_FALSE(test::segmentExists(o.jobId));
 }
 
-TEST(ShareDataset, PrivateCopiesWhereTheSharedHeapHasNoRoom) {
+TEST(ShareDataset, PrivateCopiesWhereTheSharedHeapHasNoRoomAndOneCopyWhereItHas) {
   SpawnOptions o = options("shareprivate");
-  o.sharedHeapBytes = 1 << 20;  // under the 2.35 MB of pixels
+  o.sharedHeapBytes = 1 << 20;  // under the training split's 2.35 MB, over the test split's 7.8 KB
   JobResult r = spawn(
       [](int, const Flags&) {
-        return sameAsReference(shareDataset([] { return makeSynthetic(config(), Split::kTrain); }), false);
+        const Dataset train = shareDataset([] { return makeSynthetic(config(), Split::kTrain); });
+        if (int bad = sameAsReference(train, false)) return bad;
+        const Dataset test = shareDataset([] { return makeSynthetic(config(), Split::kTest); }, 2);
+        const Dataset want = makeSynthetic(config(), Split::kTest);
+        if (test.sharedPixels.empty() || test.labels != want.labels || test.split != Split::kTest) return 40;
+        return std::memcmp(test.pixelData(), want.pixels.data(), want.pixels.size()) == 0 ? 0 : 41;
       },
       3, o);
   EXPECT_EQ(r.exitCode, 0) << r.report.text();
+  EXPECT_FALSE(test::segmentExists(o.jobId));
+}
+
+TEST(ShareDataset, AnEmptyDatasetIsSharedAsEmpty) {
+  SpawnOptions o = options("shareempty");
+  JobResult r = spawn(
+      [](int, const Flags&) {
+        const Dataset d = shareDataset([] { return fromMemory("none", Split::kTest, 1, 2, 2, 3, {}, {}); });
+        return d.size() == 0 && d.pixelCount() == 0 && d.name == "none" && d.numClasses == 3 ? 0 : 50;
+      },
+      2, o);
+  EXPECT_EQ(r.exitCode, 0) << r.report.text();
+  EXPECT_FALSE(test::segmentExists(o.jobId));
+}
+
+TEST(ShareDataset, RanksThatNameOtherOwnersAreADivergence) {
+  SpawnOptions o = options("shareowners");
+  o.printReport = false;
+  JobResult r = spawn(
+      [](int rank, const Flags&) {
+        shareDataset([] { return makeSynthetic(config(), Split::kTest); }, rank == 2 ? 1 : 0);
+        return 0;
+      },
+      3, o);
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_EQ(r.report.abortReason, "divergence") << r.report.text();
+  EXPECT_NE(r.report.abortText.find("shareDataset"), std::string::npos) << r.report.abortText;
   EXPECT_FALSE(test::segmentExists(o.jobId));
 }
 
@@ -113,7 +145,8 @@ TEST(ShareDataset, ADatasetThatDoesNotHoldTogetherFailsOnEveryRank) {
       },
       2, o);
   EXPECT_NE(r.exitCode, 0);
-  EXPECT_NE(r.report.text().find("shareDataset: rank 0's dataset holds 100 pixel values for 3000 images of 1x28x28"),
+  EXPECT_NE(r.report.text().find("shareDataset: dataset 'synthetic' of rank 0 holds 100 pixel values for 3000 images "
+                                 "of 1x28x28"),
             std::string::npos)
       << r.report.text();
   EXPECT_FALSE(test::segmentExists(o.jobId));

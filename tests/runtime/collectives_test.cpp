@@ -11,12 +11,14 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "collectives_check.hpp"
 #include "process_runner.hpp"
 #include "xspawn/collectives.hpp"
+#include "xspawn/error.hpp"
 #include "xspawn/xspawn.hpp"
 
 namespace xs::test {
@@ -252,13 +254,16 @@ TEST(SharedAllocCommon, EveryRankSeesTheOwnersBytesAndLaterAllocationsStayInStep
   JobResult r = spawn(
       [](int rank, const Flags&) {
         constexpr std::size_t kBytes = 3 * 1024 * 1024 + 5;
+        if (rank == 3) shared_alloc(1000);  // a rank's own allocation: the cursors out of step
         auto* p = static_cast<unsigned char*>(shared_alloc_common(kBytes, 2));
+        if (reinterpret_cast<std::uintptr_t>(p) % 64 != 0) return 9;
         if (!p) return 10;
         if (rank == 2)
           for (std::size_t i = 0; i < kBytes; ++i) p[i] = static_cast<unsigned char>(i * 131 + 7);
         barrier("written");
         for (std::size_t i = 0; i < kBytes; ++i)
           if (p[i] != static_cast<unsigned char>(i * 131 + 7)) return 11;
+        if (rank != 3) shared_alloc(1000);  // in step again for the zero-copy all-reduce
         return heapSumIs(50000, static_cast<float>(rank + 1), 10.f) ? 0 : 12;
       },
       4, o);
@@ -271,12 +276,21 @@ TEST(SharedAllocCommon, NoRoomIsNullOnEveryRankAndTheHeapStaysUsable) {
   JobResult r = spawn(
       [](int rank, const Flags&) {
         if (shared_alloc_common(2 << 20, 1) != nullptr) return 10;  // more than a rank's heap
+        if (shared_alloc_common(0, 1) != nullptr) return 14;
         if (!heapSumIs(1000, static_cast<float>(rank), 3.f)) return 11;
         auto* p = static_cast<int*>(shared_alloc_common(64 * 1024, 0));  // what is left still fits
         if (!p) return 12;
         if (rank == 0) *p = 42;
         barrier("written");
-        return *p == 42 ? 0 : 13;
+        if (*p != 42) return 13;
+        // The heap now holds 64 KiB from the top and 4000 bytes from the bottom: a rank's own
+        // allocation that would reach the shared buffer says so.
+        try {
+          shared_alloc((1 << 20) - 32 * 1024);
+        } catch (const UsageError& e) {
+          return std::string(e.what()).find("65536 more held by shared_alloc_common") != std::string::npos ? 0 : 15;
+        }
+        return 16;
       },
       3, o);
   EXPECT_EQ(r.exitCode, 0) << r.report.text();
@@ -286,7 +300,9 @@ TEST(SharedAllocCommon, NoRoomIsNullOnEveryRankAndTheHeapStaysUsable) {
 TEST(SharedAllocCommon, AnotherSizeOrAnOwnerOutsideTheJobIsAUsageError) {
   for (const auto& [fn, says] : std::vector<std::pair<std::function<int(int, const Flags&)>, std::string>>{
            {[](int rank, const Flags&) { return shared_alloc_common(rank == 1 ? 100 : 200, 0) ? 0 : 1; },
-            "this rank (1) asked for 100 bytes but the owner, rank 0, for 200: every rank must ask for the same size"},
+            "the ranks asked for 100 to 200 bytes from owners 0 to 0: every rank must pass the same size and owner"},
+           {[](int rank, const Flags&) { return shared_alloc_common(100, rank == 2 ? 1 : 0) ? 0 : 1; },
+            "the ranks asked for 100 to 100 bytes from owners 0 to 1"},
            {[](int, const Flags&) { return shared_alloc_common(100, 5) ? 0 : 1; },
             "owner 5 is not a rank of this job (0-2)"}}) {
     SpawnOptions o;

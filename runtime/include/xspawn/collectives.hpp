@@ -76,18 +76,21 @@ void reduce_scatter(const void* in, void* out, std::size_t count, DType type,
 // --shared-heap). A buffer allocated at the same point of the program on every rank can be
 // all-reduced in place with no copy in or out. Throws if the heap is too small.
 void* shared_alloc(std::size_t bytes);
-// Frees every shared_alloc allocation of this rank (all ranks must do it together).
+// Frees every shared_alloc and shared_alloc_common allocation of this rank (all ranks must do it
+// together, when no rank reads them any more: a dataset of data::shareDataset lives there).
 void shared_reset();
 // One buffer of `bytes` that every rank of the machine shares, not one per rank: held in rank
-// `owner`'s region of the shared heap (only that rank's pages are taken), at the
-// place where each rank's next shared_alloc would go, so that the ranks' later allocations stay
-// in step. For read-mostly data that the machine needs once, not once per rank (a dataset: see
+// `owner`'s region of the shared heap (only that rank's pages are taken), carved from the top of
+// the heap by a cursor that only this call moves, so it is the same buffer on every rank whatever
+// each rank's own shared_alloc calls took, and it leaves them the rest of the heap. For
+// read-mostly data that the machine needs once, not once per rank (a dataset: see
 // xs::data::shareDataset). Collective: every rank calls it at the same point with the same
-// `bytes` and `owner` (UsageError otherwise); it returns the same memory on every rank, or null
-// on every rank when there is no room for it (the shared heap's reservation, --shared-heap, or
-// /dev/shm), for the caller to keep private copies instead. `owner` writes it; the others read
-// it after a collective that follows the writes (xs::barrier). A job of one machine only (under
-// mpirun: UsageError). Freed by shared_reset, as shared_alloc's.
+// `bytes` and `owner` (a UsageError on every rank otherwise). Returns the same memory on every
+// rank, 64-byte aligned, or null on every rank when there is no room for it (in the shared heap,
+// --shared-heap, or in /dev/shm) or `bytes` is 0: the caller keeps private copies then. `owner`
+// writes it; the others read it after a collective that follows the writes (xs::barrier). It is
+// no operand of the zero-copy collectives (it is in the owner's region only). A job of one
+// machine only (under mpirun: UsageError). Freed by shared_reset.
 void* shared_alloc_common(std::size_t bytes, int owner = 0);
 
 template <class T>

@@ -1,4 +1,4 @@
-// dataset.h: an in-memory image classification dataset: uint8 pixels [N, C, H, W] + int32 labels.
+// dataset.hpp: an in-memory image classification dataset: uint8 pixels [N, C, H, W] + int32 labels.
 // Readers (IDX, CIFAR-10) and the synthetic generator all produce this; transforms turn one
 // image into float32 CHW.
 #pragma once
@@ -27,7 +27,8 @@ struct Dataset {
   std::vector<std::int32_t> labels;  // [N], each in [0, numClasses)
   // The pixels when one copy in the job's shared memory serves every rank of the machine
   // (shareDataset), read-only and valid until xs::shared_reset or the job's end; `pixels` is then
-  // empty. Empty otherwise.
+  // empty. Empty otherwise. Not a buffer for the collectives to write into (it is in one rank's
+  // region of the shared heap only).
   std::span<const std::uint8_t> sharedPixels;
 
   std::int64_t size() const { return static_cast<std::int64_t>(labels.size()); }
@@ -65,7 +66,7 @@ Dataset fromFunction(std::string name, Split split, std::int64_t count, int chan
 // each rank gets a private copy in `pixels` instead, broadcast from the owner. In a job spanning
 // machines, in a job of one rank and in a process outside any job, `load` runs on every rank and
 // its dataset is returned as it is. Collective: every rank calls it at the same point with the
-// same owner. With 8 ranks it spares 7 copies (7 x 47 MB of Fashion-MNIST's training images)
+// same owner. Without room, the owner says so on stderr in one line. With 8 ranks it spares 7 copies (7 x 47 MB of Fashion-MNIST's training images)
 // and the start-up's first touch of that memory (docs/data.md).
 Dataset shareDataset(const std::function<Dataset()>& load, int owner = 0);
 
