@@ -86,7 +86,9 @@ void reduce_scatter(const void* in, void* out, std::size_t count, DType type, Re
 }
 void* shared_alloc(std::size_t bytes) { return detail::collectives().sharedAlloc(bytes); }
 void shared_reset() { detail::collectives().sharedReset(); }
-void* shared_alloc_common(std::size_t bytes, int owner) { return detail::collectives().sharedAllocCommon(bytes, owner); }
+void* shared_alloc_common(std::size_t bytes, int owner) {
+  return detail::collectives().sharedAllocCommon(bytes, owner);
+}
 
 }  // namespace xs
 

@@ -66,8 +66,9 @@ Dataset fromFunction(std::string name, Split split, std::int64_t count, int chan
 // each rank gets a private copy in `pixels` instead, broadcast from the owner. In a job spanning
 // machines, in a job of one rank and in a process outside any job, `load` runs on every rank and
 // its dataset is returned as it is. Collective: every rank calls it at the same point with the
-// same owner. Without room, the owner says so on stderr in one line. With 8 ranks it spares 7 copies (7 x 47 MB of Fashion-MNIST's training images)
-// and the start-up's first touch of that memory (docs/data.md).
+// same owner. Without room, the owner says so on stderr in one line. With 8 ranks it spares 7
+// copies (7 x 47 MB of Fashion-MNIST's training images) and the start-up's first touch of that
+// memory (docs/data.md).
 Dataset shareDataset(const std::function<Dataset()>& load, int owner = 0);
 
 // One line for logs, e.g. "fashion-mnist train: 60000 images of 1x28x28, 10 classes".
