@@ -1,5 +1,6 @@
-// share.cpp: one copy of a dataset for every rank of a machine (shareDataset): its pixels in the
-// job's shared memory, owned by the rank that loaded them; its shape, name and labels broadcast.
+// share.cpp: one copy of a dataset for every rank of a machine (shareDataset): its header, labels,
+// name and pixels in the job's shared memory, in the region of the rank that loaded them, on
+// each machine; without room, a private copy on every rank.
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +39,16 @@ Header headerOf(const Dataset& d) {
   return f;
 }
 
+// The header's shape and split into `d`, its labels sized to be filled.
+void takeHeader(Dataset& d, const Header& f) {
+  d.split = f[kSplit] == 0 ? Split::kTrain : Split::kTest;
+  d.channels = static_cast<int>(f[kChannels]);
+  d.height = static_cast<int>(f[kHeight]);
+  d.width = static_cast<int>(f[kWidth]);
+  d.numClasses = static_cast<int>(f[kClasses]);
+  d.labels.resize(static_cast<std::size_t>(f[kImages]));
+}
+
 // `bytes` of `data` from the owner to every rank, as 32-bit words (the last one padded).
 void broadcastBytes(std::vector<std::uint8_t>& data, std::size_t bytes, int owner, const CollectiveOptions& opt) {
   data.resize((bytes + 3) / 4 * 4);
@@ -56,53 +67,85 @@ Header broadcastHeader(Dataset& d, bool mine, int owner, const CollectiveOptions
            fmt::format("shareDataset: dataset '{}' of rank {} holds {} pixel values for {} images of {}x{}x{}: give it "
                        "count * channels * height * width pixels",
                        d.name, owner, f[kPixels], f[kImages], f[kChannels], f[kHeight], f[kWidth]));
-  d.split = f[kSplit] == 0 ? Split::kTrain : Split::kTest;
-  d.channels = static_cast<int>(f[kChannels]);
-  d.height = static_cast<int>(f[kHeight]);
-  d.width = static_cast<int>(f[kWidth]);
-  d.numClasses = static_cast<int>(f[kClasses]);
-  d.labels.resize(static_cast<std::size_t>(f[kImages]));
+  takeHeader(d, f);
   xs::broadcast(std::span<std::int32_t>(d.labels), owner, opt);
   return f;
 }
 
-// The owner's pixels into one buffer for every rank, or, with no room for it, a copy each.
-void sharePixels(Dataset& d, std::size_t bytes, bool mine, int owner, const CollectiveOptions& opt) {
-  void* common = xs::shared_alloc_common(bytes, owner);
-  if (!common) {
-    if (mine && bytes > 0)
-      std::fprintf(stderr,
-                   "xspawn: shareDataset: no room in shared memory for the %zu bytes of pixels of '%s' (%s): every "
-                   "rank keeps a copy; raise the shared heap (--shared-heap) or /dev/shm to keep one\n",
-                   bytes, d.name.c_str(), splitName(d.split));
-    if (mine && !d.sharedPixels.empty()) d.pixels.assign(d.sharedPixels.begin(), d.sharedPixels.end());
-    d.sharedPixels = {};
-    if (!mine) d.pixels = pixelBuffer((bytes + 3) / 4 * 4);
-    return broadcastBytes(d.pixels, bytes, owner, opt);
+// Without room in shared memory: on one machine, the owner's dataset broadcast into a private
+// copy on every rank; across machines, every rank loads its own (a broadcast would cross them).
+Dataset privateCopies(const std::function<Dataset()>& load, Dataset d, bool mine, int owner) {
+  if (mine && d.pixelCount() > 0)
+    std::fprintf(stderr,
+                 "xspawn: shareDataset: no room in shared memory for the %zu bytes of pixels of '%s' (%s): every "
+                 "rank keeps a copy; raise the shared heap (--shared-heap) or /dev/shm to keep one\n",
+                 d.pixelCount(), d.name.c_str(), splitName(d.split));
+  if (xs::world_size() != xs::local_world_size()) return mine ? d : load();
+  CollectiveOptions opt;
+  opt.tag = "shareDataset";
+  const Header f = broadcastHeader(d, mine, owner, opt);
+  const auto bytes = static_cast<std::size_t>(f[kPixels]);
+  if (mine && !d.sharedPixels.empty()) d.pixels.assign(d.sharedPixels.begin(), d.sharedPixels.end());
+  d.sharedPixels = {};
+  if (!mine) d.pixels = pixelBuffer((bytes + 3) / 4 * 4);
+  broadcastBytes(d.pixels, bytes, owner, opt);
+  return d;
+}
+
+// After the header, one buffer of pixels (first: 64-byte aligned), labels and name.
+std::size_t bodyBytes(const Header& f) {
+  return static_cast<std::size_t>(f[kPixels]) + static_cast<std::size_t>(f[kImages]) * sizeof(std::int32_t) +
+         static_cast<std::size_t>(f[kNameBytes]);
+}
+
+void writeBody(std::uint8_t* to, const Dataset& d) {
+  const std::size_t pixels = d.pixelCount(), labels = d.labels.size() * sizeof(std::int32_t);
+  if (pixels > 0) std::memcpy(to, d.pixelData(), pixels);
+  if (labels > 0) std::memcpy(to + pixels, d.labels.data(), labels);
+  if (!d.name.empty()) std::memcpy(to + pixels + labels, d.name.data(), d.name.size());
+}
+
+// Every rank's dataset from the header and body the owner wrote (the owner keeps its fields).
+void readBody(Dataset& d, const Header& f, const std::uint8_t* from, bool mine) {
+  const auto pixels = static_cast<std::size_t>(f[kPixels]);
+  const std::size_t labels = static_cast<std::size_t>(f[kImages]) * sizeof(std::int32_t);
+  if (!mine) {
+    takeHeader(d, f);
+    if (labels > 0) std::memcpy(d.labels.data(), from + pixels, labels);
+    d.name.assign(reinterpret_cast<const char*>(from + pixels + labels), static_cast<std::size_t>(f[kNameBytes]));
   }
-  if (mine) {
-    std::memcpy(common, d.pixelData(), bytes);
-    d.pixels = std::vector<std::uint8_t>();  // its memory back: the shared copy serves this rank too
-  }
-  xs::barrier("shareDataset: pixels written");  // the owner's copy before anyone reads it
-  d.sharedPixels = std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(common), bytes);
+  d.pixels = std::vector<std::uint8_t>();  // the owner's memory back: the shared copy serves it too
+  d.sharedPixels = std::span<const std::uint8_t>(from, pixels);
 }
 
 }  // namespace
 
 Dataset shareDataset(const std::function<Dataset()>& load, int owner) {
   XS_CHECK(static_cast<bool>(load), UsageError, "shareDataset: give a function that loads the dataset");
-  // A process of its own, one rank, or ranks on other machines (which do not share this memory).
-  if (!xs::initialized() || xs::world_size() == 1 || xs::local_world_size() != xs::world_size()) return load();
-  XS_CHECK(owner >= 0 && owner < xs::world_size(), UsageError,
-           fmt::format("shareDataset: owner {} is not a rank of this job (0-{})", owner, xs::world_size() - 1));
-  const bool mine = xs::get_ordinal() == owner;
+  // A process of its own, or one rank on this machine: nothing to share.
+  if (!xs::initialized() || xs::local_world_size() == 1) return load();
+  XS_CHECK(owner >= 0 && owner < xs::local_world_size(), UsageError,
+           fmt::format("shareDataset: owner {} is not a rank of this machine (0-{})", owner,
+                       xs::local_world_size() - 1));
+  const bool mine = xs::get_local_ordinal() == owner;
+  // The header first (every rank learns the body's size from it), then the body. On each
+  // machine its local rank `owner` loads and writes them; every rank reads them after a barrier.
+  auto* header = static_cast<Header*>(xs::shared_alloc_common(sizeof(Header), owner));
   Dataset d;
   if (mine) d = load();
-  CollectiveOptions opt;
-  opt.tag = "shareDataset";
-  const Header f = broadcastHeader(d, mine, owner, opt);
-  sharePixels(d, static_cast<std::size_t>(f[kPixels]), mine, owner, opt);
+  if (!header) return privateCopies(load, std::move(d), mine, owner);
+  if (mine) *header = headerOf(d);
+  xs::barrier("shareDataset: header written");
+  const Header f = *header;
+  XS_CHECK(f[kConsistent] == 1, UsageError,
+           fmt::format("shareDataset: the dataset of local rank {} holds {} pixel values for {} images of {}x{}x{}: "
+                       "give it count * channels * height * width pixels",
+                       owner, f[kPixels], f[kImages], f[kChannels], f[kHeight], f[kWidth]));
+  auto* body = static_cast<std::uint8_t*>(xs::shared_alloc_common(bodyBytes(f), owner));
+  if (!body) return privateCopies(load, std::move(d), mine, owner);
+  if (mine) writeBody(body, d);
+  xs::barrier("shareDataset: body written");
+  readBody(d, f, body, mine);
   return d;
 }
 

@@ -213,7 +213,7 @@ data::Dataset loadSplitShared(const TrainOptions& o, data::Split split) {
   // ranks on 2 cores spent about 0.36 s of the default run reading the same files. One rank reads
   // them and the machine keeps one copy in shared memory (data::shareDataset): the others
   // received 47 MB each before, and their first touch of that memory was most of the start-up's
-  // cost (docs/data.md). Across machines each rank reads the files itself.
+  // cost (docs/data.md). Across machines, the same on every machine.
   return data::shareDataset([&] { return loadSplit(o, split); }, split == data::Split::kTrain ? 0 : 1);
 }
 

@@ -23,10 +23,10 @@ data::TransformConfig testTransform(const TrainOptions& o, const data::Dataset& 
 
 // Loads a split, cut to --train-size / --test-size.
 data::Dataset loadSplit(const TrainOptions& o, data::Split split);
-// The same, collectively (every rank calls it): in a job on one machine one rank reads the split
-// (rank 0 the training set, rank 1 the test set) and the machine keeps one copy of its pixels in
-// shared memory (data::shareDataset); a job across machines reads it in every rank. If the
-// reader fails, its error is the job's (the others wait in a broadcast until the job stops).
+// The same, collectively (every rank calls it): on each machine one rank reads the split (local
+// rank 0 the training set, local rank 1 the test set) and the machine keeps one copy of it in
+// shared memory (data::shareDataset). If the reader fails, its error is the job's (the others
+// wait in a barrier until the job stops).
 data::Dataset loadSplitShared(const TrainOptions& o, data::Split split);
 
 // The pixel bytes of each split a run uses (after --train-size and --test-size).

@@ -163,11 +163,8 @@ void* Collectives::sharedAlloc(std::size_t bytes) {
 }
 
 void* Collectives::sharedAllocCommon(std::size_t bytes, int owner) {
-  XS_CHECK(!acrossMachines(), UsageError,
-           "shared_alloc_common shares memory between the ranks of one machine, and this job spans machines: "
-           "keep a copy on every rank (xs::broadcast into private memory)");
   XS_CHECK(owner >= 0 && owner < world_, UsageError,
-           fmt::format("shared_alloc_common: owner {} is not a rank of this job (0-{})", owner, world_ - 1));
+           fmt::format("shared_alloc_common: owner {} is not a rank of this machine (0-{})", owner, world_ - 1));
   // Top down, from a cursor that only this collective call moves (and shared_reset): in step on
   // every rank whatever each rank's own shared_alloc calls took from the bottom.
   const std::size_t top = bytes > 0 && bytes <= commonTop_ ? (commonTop_ - bytes) / 64 * 64 : 0;
@@ -182,7 +179,7 @@ void* Collectives::sharedAllocCommon(std::size_t bytes, int owner) {
     }
   }
   // Every rank's size and owner, and whether it has room, in one all-reduce of maxima (the
-  // maximum of -x is minus the minimum of x).
+  // maximum of -x is minus the minimum of x), over every machine of the job.
   std::array<std::int64_t, 5> v{static_cast<std::int64_t>(bytes), -static_cast<std::int64_t>(bytes), owner, -owner,
                                 room ? 0 : 1};
   CollectiveOptions opt;

@@ -109,6 +109,15 @@ TEST_F(MachinesTest, EveryCollectiveMatchesTheReferenceOnThreeMachines) {
   expectClean(3);
 }
 
+// data::shareDataset across machines: each machine's local rank 1 loads, the machine's ranks
+// read its one copy in their segment.
+TEST_F(MachinesTest, EachMachineKeepsOneCopyOfASharedDataset) {
+  RunResult r = runWorkers(2, 2, {"share"}, {"--quiet"});
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("one copy per machine"), std::string::npos) << r.out << r.err;
+  expectClean(2);
+}
+
 TEST_F(MachinesTest, AFailureOnOneMachineEndsEveryMachineWithTheRootCause) {
   // Global rank 3 is local rank 1 of machine 1; it throws in its sixth all-reduce.
   RunResult r = runWorkers(2, 2, {"loop"}, {"--inject-fault", "rank=3,collective=6,kind=throw"}, 60);

@@ -3,12 +3,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "collectives_check.hpp"
+#include "xspawn/data/dataset.hpp"
+#include "xspawn/data/synthetic.hpp"
 #include "xspawn/collectives.hpp"
 #include "xspawn/xspawn.hpp"
 
@@ -30,6 +33,21 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "everything") return xs::test::checkEverything(rank, {});
+  if (mode == "share") {
+    // Each machine's local rank 1 loads the dataset once; every rank reads the machine's copy.
+    namespace data = xs::data;
+    data::SyntheticConfig c;
+    c.trainCount = 500;
+    int loads = 0;
+    const data::Dataset d = data::shareDataset([&] { return ++loads, data::makeSynthetic(c, data::Split::kTrain); }, 1);
+    const data::Dataset want = data::makeSynthetic(c, data::Split::kTrain);
+    if (loads != (xs::get_local_ordinal() == 1 ? 1 : 0)) return 20;
+    if (d.sharedPixels.empty() || !d.pixels.empty() || d.labels != want.labels || d.name != want.name) return 21;
+    if (std::memcmp(d.pixelData(), want.pixels.data(), want.pixels.size()) != 0) return 22;
+    xs::barrier("shared");
+    if (xs::is_master_ordinal(false)) std::printf("one copy per machine\n");
+    return 0;
+  }
   if (mode == "loop") {
     // Every rank all-reduces in a loop (faults come from --inject-fault).
     std::vector<float> grads(1 << 16, 1.0f);

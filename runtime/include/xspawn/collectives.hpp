@@ -79,8 +79,8 @@ void* shared_alloc(std::size_t bytes);
 // Frees every shared_alloc and shared_alloc_common allocation of this rank (all ranks must do it
 // together, when no rank reads them any more: a dataset of data::shareDataset lives there).
 void shared_reset();
-// One buffer of `bytes` that every rank of the machine shares, not one per rank: held in rank
-// `owner`'s region of the shared heap (only that rank's pages are taken), carved from the top of
+// One buffer of `bytes` that every rank of the machine shares, not one per rank: held in local
+// rank `owner`'s region of the shared heap (only that rank's pages are taken), carved from the top of
 // the heap by a cursor that only this call moves, so it is the same buffer on every rank whatever
 // each rank's own shared_alloc calls took, and it leaves them the rest of the heap. For
 // read-mostly data that the machine needs once, not once per rank (a dataset: see
@@ -89,8 +89,10 @@ void shared_reset();
 // rank, 64-byte aligned, or null on every rank when there is no room for it (in the shared heap,
 // --shared-heap, or in /dev/shm) or `bytes` is 0: the caller keeps private copies then. `owner`
 // writes it; the others read it after a collective that follows the writes (xs::barrier). It is
-// no operand of the zero-copy collectives (it is in the owner's region only). A job of one
-// machine only (under mpirun: UsageError). Freed by shared_reset.
+// no operand of the zero-copy collectives (it is in the owner's region only). In a job spanning
+// machines each machine gets its own buffer, in its local rank `owner`'s region, and every
+// machine must ask for the same size (the answer, null or not, is the same on every machine).
+// Freed by shared_reset.
 void* shared_alloc_common(std::size_t bytes, int owner = 0);
 
 template <class T>

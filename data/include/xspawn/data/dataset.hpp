@@ -59,16 +59,16 @@ using SampleFn = std::function<std::int32_t(std::int64_t index, std::uint8_t* pi
 Dataset fromFunction(std::string name, Split split, std::int64_t count, int channels, int height, int width,
                      int numClasses, const SampleFn& sample);
 
-// The dataset `load` returns, loaded once for the machine: on a job of one machine, `load` runs on
-// rank `owner` only, its pixels go once into the job's shared memory (xs::shared_alloc_common,
-// in the owner's region) and every rank's sharedPixels views them; its labels, name and shape
-// are broadcast to every rank. Where the shared heap or /dev/shm has no room for the pixels,
-// each rank gets a private copy in `pixels` instead, broadcast from the owner. In a job spanning
-// machines, in a job of one rank and in a process outside any job, `load` runs on every rank and
-// its dataset is returned as it is. Collective: every rank calls it at the same point with the
-// same owner. Without room, the owner says so on stderr in one line. With 8 ranks it spares 7
-// copies (7 x 47 MB of Fashion-MNIST's training images) and the start-up's first touch of that
-// memory (docs/data.md).
+// The dataset `load` returns, loaded once for each machine: `load` runs on local rank `owner`
+// only, the dataset goes once into the job's shared memory (xs::shared_alloc_common, in the
+// owner's region) and every rank of the machine reads it there: sharedPixels views the pixels,
+// and the labels, name and shape are copied. Where the shared heap or /dev/shm has no room for
+// it, each rank gets a private copy in `pixels` instead: broadcast from the owner on one
+// machine, loaded by every rank across machines; the owner says so on stderr in one line. With
+// one rank on the machine, or in a process outside any job, `load` runs and its dataset is
+// returned as it is. Collective: every rank calls it at the same point with the same owner, and
+// every machine loads the same dataset. With 8 ranks it spares 7 copies (7 x 47 MB of
+// Fashion-MNIST's training images) and the start-up's first touch of that memory (docs/data.md).
 Dataset shareDataset(const std::function<Dataset()>& load, int owner = 0);
 
 // One line for logs, e.g. "fashion-mnist train: 60000 images of 1x28x28, 10 classes".
