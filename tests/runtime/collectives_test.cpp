@@ -304,7 +304,7 @@ TEST(SharedAllocCommon, AnotherSizeOrAnOwnerOutsideTheJobIsAUsageError) {
            {[](int rank, const Flags&) { return shared_alloc_common(100, rank == 2 ? 1 : 0) ? 0 : 1; },
             "the ranks asked for 100 to 100 bytes from owners 0 to 1"},
            {[](int, const Flags&) { return shared_alloc_common(100, 5) ? 0 : 1; },
-            "owner 5 is not a rank of this job (0-2)"}}) {
+            "owner 5 is not a rank of this machine (0-2)"}}) {
     SpawnOptions o;
     o.quiet = true;
     o.printReport = false;
