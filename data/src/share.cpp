@@ -93,10 +93,11 @@ Dataset privateCopies(const std::function<Dataset()>& load, Dataset d, bool mine
 }
 
 // After the header, one buffer of pixels (first: 64-byte aligned), labels and name.
-std::size_t bodyBytes(const Header& f) {
-  return static_cast<std::size_t>(f[kPixels]) + static_cast<std::size_t>(f[kImages]) * sizeof(std::int32_t) +
-         static_cast<std::size_t>(f[kNameBytes]);
+std::size_t bodyBytes(std::int64_t images, std::int64_t pixels, std::int64_t nameBytes) {
+  return static_cast<std::size_t>(pixels) + static_cast<std::size_t>(images) * sizeof(std::int32_t) +
+         static_cast<std::size_t>(nameBytes);
 }
+std::size_t bodyBytes(const Header& f) { return bodyBytes(f[kImages], f[kPixels], f[kNameBytes]); }
 
 void writeBody(std::uint8_t* to, const Dataset& d) {
   const std::size_t pixels = d.pixelCount(), labels = d.labels.size() * sizeof(std::int32_t);
@@ -119,6 +120,13 @@ void readBody(Dataset& d, const Header& f, const std::uint8_t* from, bool mine) 
 }
 
 }  // namespace
+
+std::size_t sharedDatasetBytes(std::int64_t images, std::int64_t imageBytes, std::size_t nameBytes) {
+  // shared_alloc_common carves each block from the top, 64-byte aligned.
+  const auto block = [](std::size_t bytes) { return (bytes + 63) / 64 * 64; };
+  return block(sizeof(Header)) +
+         block(bodyBytes(images, images * imageBytes, static_cast<std::int64_t>(nameBytes)));
+}
 
 Dataset shareDataset(const std::function<Dataset()>& load, int owner) {
   XS_CHECK(static_cast<bool>(load), UsageError, "shareDataset: give a function that loads the dataset");

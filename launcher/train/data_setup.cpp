@@ -139,9 +139,11 @@ std::uint32_t checkIdxFile(const fs::path& path, std::uint32_t magic, int dims, 
   return count;
 }
 
-// The pixel bytes of `count` images of `image` bytes, of which a job uses the first `limit` (0: all).
-std::uint64_t usedBytes(std::uint64_t count, std::uint64_t image, std::int64_t limit) {
-  return (limit > 0 ? std::min<std::uint64_t>(count, static_cast<std::uint64_t>(limit)) : count) * image;
+// The shared heap data::shareDataset takes for a split of `count` images of `image` bytes, of which
+// the job uses the first `limit` (0: all).
+std::uint64_t usedBytes(std::uint64_t count, std::uint64_t image, std::int64_t limit, const TrainOptions& o) {
+  const std::uint64_t used = limit > 0 ? std::min<std::uint64_t>(count, static_cast<std::uint64_t>(limit)) : count;
+  return data::sharedDatasetBytes(static_cast<std::int64_t>(used), static_cast<std::int64_t>(image), o.dataset.size());
 }
 
 SplitBytes checkIdxDir(const fs::path& dir, const TrainOptions& o) {
@@ -156,7 +158,7 @@ SplitBytes checkIdxDir(const fs::path& dir, const TrainOptions& o) {
       XS_THROW(xs::MismatchError, fmt::format("{}: holds {} labels but {} holds {} images; use matching files",
                                                      labels.string(), m, images.filename().string(), n));
     const bool train = split == std::string("train");
-    (train ? bytes.train : bytes.test) = usedBytes(n, image, train ? o.trainSize : o.testSize);
+    (train ? bytes.train : bytes.test) = usedBytes(n, image, train ? o.trainSize : o.testSize, o);
   }
   return bytes;
 }
@@ -177,7 +179,7 @@ SplitBytes checkCifarDir(const fs::path& dir, const TrainOptions& o) {
     (std::string(base) == "test_batch.bin" ? testRecords : trainRecords) += size / data::kCifarRecordBytes;
   }
   const std::uint64_t image = data::kCifarRecordBytes - 1;  // the label byte, then the pixels
-  return {usedBytes(trainRecords, image, o.trainSize), usedBytes(testRecords, image, o.testSize)};
+  return {usedBytes(trainRecords, image, o.trainSize, o), usedBytes(testRecords, image, o.testSize, o)};
 }
 
 }  // namespace
@@ -239,7 +241,7 @@ SplitBytes checkDatasetFiles(const TrainOptions& o) {
   if (o.dataset == "synthetic") {
     const data::SyntheticConfig c = datasetSpec(o).synthetic;
     const std::uint64_t image = static_cast<std::uint64_t>(c.channels) * c.height * c.width;
-    return {static_cast<std::uint64_t>(c.trainCount) * image, static_cast<std::uint64_t>(c.testCount) * image};
+    return {usedBytes(c.trainCount, image, 0, o), usedBytes(c.testCount, image, 0, o)};
   }
   fs::path dir = o.dataDir.empty() ? data::defaultDataDir(o.dataset) : fs::path(o.dataDir);
   std::error_code ec;

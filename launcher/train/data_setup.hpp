@@ -29,14 +29,14 @@ data::Dataset loadSplit(const TrainOptions& o, data::Split split);
 // wait in a barrier until the job stops).
 data::Dataset loadSplitShared(const TrainOptions& o, data::Split split);
 
-// The pixel bytes of each split a run uses (after --train-size and --test-size).
+// The shared heap each split a run uses takes (data::sharedDatasetBytes, after --train-size and
+// --test-size).
 struct SplitBytes {
   std::uint64_t train = 0, test = 0;
 };
 // Checks that the dataset's files exist and that their headers and sizes are consistent,
 // reading a few bytes of each (the gzip trailer gives a .gz file's decompressed size), and
-// returns the pixel bytes of its splits, as the shared heap holds them (synthetic: from its
-// counts). Throws the data pipeline's errors (FileNotFoundError, FormatError, ...).
+// returns the shared heap its splits take (synthetic: from its counts). Throws the data pipeline's errors (FileNotFoundError, FormatError, ...).
 SplitBytes checkDatasetFiles(const TrainOptions& o);
 
 }  // namespace xs::train

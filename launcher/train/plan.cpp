@@ -25,9 +25,9 @@ std::size_t gradientFloats(const TrainOptions& o) {
 }
 
 std::size_t sharedHeapBytes(std::size_t gradientFloats, std::uint64_t datasetBytes) {
-  // Every rank's heap cursor passes the datasets' one copy (shareDataset), then the gradients.
-  const auto block = [](std::uint64_t bytes) { return static_cast<std::size_t>((bytes + 63) / 64 * 64); };
-  return block(datasetBytes) + block((gradientFloats + xs::kStepStats) * sizeof(float)) + (64u << 10);
+  // The datasets' one copy (shareDataset, from the top), then the gradients (from the bottom).
+  const std::size_t grads = (gradientFloats + xs::kStepStats) * sizeof(float);
+  return static_cast<std::size_t>(datasetBytes) + (grads + 63) / 64 * 64 + (64u << 10);
 }
 
 std::string makePlan(const TrainOptions& o) {
@@ -36,8 +36,7 @@ std::string makePlan(const TrainOptions& o) {
   const std::size_t grads = gradientFloats(o);
   const SplitBytes data = checkDatasetFiles(o);
   if (!o.resume.empty()) readTrainState(o.resume);
-  // The two splits' pixels, each a block of its own in the heap.
-  nlohmann::json j = {{"shared_heap_bytes", sharedHeapBytes(grads, (data.train + 63) / 64 * 64 + data.test)}};
+  nlohmann::json j = {{"shared_heap_bytes", sharedHeapBytes(grads, data.train + data.test)}};
   return j.dump();
 }
 

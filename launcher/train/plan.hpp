@@ -14,9 +14,9 @@ namespace xs::train {
 // Throws the engine's errors for an unknown model or an unusable image size.
 std::size_t gradientFloats(const TrainOptions& o);
 
-// Bytes of shared heap one rank needs: the datasets' one copy (data::shareDataset takes them in
-// one rank's region, and every rank's cursor past them), then gradients + statistics, each
-// 64-byte aligned, plus slack.
+// Bytes of shared heap one rank needs: the datasets' one copy (datasetBytes: what
+// data::shareDataset takes from the top of every rank's region, data::sharedDatasetBytes), then
+// gradients + statistics, 64-byte aligned, plus slack.
 std::size_t sharedHeapBytes(std::size_t gradientFloats, std::uint64_t datasetBytes);
 
 // Validates the model, image size, device options, dataset files and the checkpoint to resume;

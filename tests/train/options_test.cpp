@@ -5,6 +5,7 @@
 
 #include "options.hpp"
 #include "plan.hpp"
+#include "xspawn/data/dataset.hpp"
 #include "xspawn/train.hpp"
 #include "xspawn/error.hpp"
 
@@ -126,7 +127,8 @@ TEST(TrainPlan, SharedHeapHoldsTheDatasetsAndTheGradients) {
   resolveDefaults(o);
   std::size_t floats = gradientFloats(o);
   EXPECT_GT(floats, 90000u);  // seed 004's convnet: about 93k parameters
-  const std::uint64_t data = 1000 * 784 + 100 * 784;  // 784000 is a multiple of 64
+  const std::uint64_t data = xs::data::sharedDatasetBytes(1000, 784, 9) + xs::data::sharedDatasetBytes(100, 784, 9);
+  EXPECT_GE(data, 1100u * (784 + 4) + 2 * 9);  // pixels, labels and the name "synthetic"
   std::size_t bytes = sharedHeapBytes(floats, data);
   EXPECT_GE(bytes, data + (floats + xs::kStepStats) * sizeof(float));
   auto j = nlohmann::json::parse(makePlan(o));

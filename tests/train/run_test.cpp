@@ -133,6 +133,14 @@ TEST(TrainRun, TheSharedHeapHoldsTheDatasetsAndTheGradients) {
   fs::remove_all(dir);
 }
 
+// The same with more labels (80 KB) than the plan's slack: they are in the shared heap too.
+TEST(TrainRun, TheSharedHeapHoldsTheDatasetsLabels) {
+  CommandResult r = runXspawn(
+      "--nprocs 2 -q --shared-heap 64K train --model mlp --dataset synthetic --train-size 20000 --test-size 512 "
+      "--max-steps 2 --eval-every 0");
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
 // The flat parameters of the checkpoint in dir.
 std::vector<float> weightsOf(const fs::path& dir) {
   TrainState s = readTrainState(dir.string());

@@ -70,6 +70,10 @@ Dataset fromFunction(std::string name, Split split, std::int64_t count, int chan
 // every machine loads the same dataset. With 8 ranks it spares 7 copies (7 x 47 MB of
 // Fashion-MNIST's training images) and the start-up's first touch of that memory (docs/data.md).
 Dataset shareDataset(const std::function<Dataset()>& load, int owner = 0);
+// The shared heap shareDataset takes for a dataset of `images` images of `imageBytes` pixel bytes
+// each, named with `nameBytes` bytes: its header, then its pixels, labels and name, each block
+// 64-byte aligned. Size --shared-heap for it beside the program's own shared_alloc calls.
+std::size_t sharedDatasetBytes(std::int64_t images, std::int64_t imageBytes, std::size_t nameBytes);
 
 // One line for logs, e.g. "fashion-mnist train: 60000 images of 1x28x28, 10 classes".
 std::string describe(const Dataset& dataset);
