@@ -39,6 +39,14 @@ Header headerOf(const Dataset& d) {
   return f;
 }
 
+// Every rank throws the same error where the owner's dataset does not hold together.
+void checkConsistent(const Header& f, int owner) {
+  XS_CHECK(f[kConsistent] == 1, UsageError,
+           fmt::format("shareDataset: the dataset of local rank {} holds {} pixel values for {} images of {}x{}x{}: "
+                       "give it count * channels * height * width pixels",
+                       owner, f[kPixels], f[kImages], f[kChannels], f[kHeight], f[kWidth]));
+}
+
 // The header's shape and split into `d`, its labels sized to be filled.
 void takeHeader(Dataset& d, const Header& f) {
   d.split = f[kSplit] == 0 ? Split::kTrain : Split::kTest;
@@ -63,10 +71,7 @@ Header broadcastHeader(Dataset& d, bool mine, int owner, const CollectiveOptions
   std::vector<std::uint8_t> name(d.name.begin(), d.name.end());
   broadcastBytes(name, static_cast<std::size_t>(f[kNameBytes]), owner, opt);
   d.name.assign(name.begin(), name.end());
-  XS_CHECK(f[kConsistent] == 1, UsageError,
-           fmt::format("shareDataset: dataset '{}' of rank {} holds {} pixel values for {} images of {}x{}x{}: give it "
-                       "count * channels * height * width pixels",
-                       d.name, owner, f[kPixels], f[kImages], f[kChannels], f[kHeight], f[kWidth]));
+  checkConsistent(f, owner);
   takeHeader(d, f);
   xs::broadcast(std::span<std::int32_t>(d.labels), owner, opt);
   return f;
@@ -145,10 +150,7 @@ Dataset shareDataset(const std::function<Dataset()>& load, int owner) {
   if (mine) *header = headerOf(d);
   xs::barrier("shareDataset: header written");
   const Header f = *header;
-  XS_CHECK(f[kConsistent] == 1, UsageError,
-           fmt::format("shareDataset: the dataset of local rank {} holds {} pixel values for {} images of {}x{}x{}: "
-                       "give it count * channels * height * width pixels",
-                       owner, f[kPixels], f[kImages], f[kChannels], f[kHeight], f[kWidth]));
+  checkConsistent(f, owner);
   auto* body = static_cast<std::uint8_t*>(xs::shared_alloc_common(bodyBytes(f), owner));
   if (!body) return privateCopies(load, std::move(d), mine, owner);
   if (mine) writeBody(body, d);
