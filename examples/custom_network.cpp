@@ -1,6 +1,6 @@
 // custom_network.cpp: a network of one's own (a small residual net with batch-norm, pools,
-// dropout and two layers of one's own) on a dataset of one's own (made by a function, and held in
-// a pixelBuffer for fromMemory), with the loader's own choice of threads, trained with
+// dropout and two layers of one's own) on a dataset of one's own (made by a function, once for the
+// machine with shareDataset, and held in a pixelBuffer for fromMemory), with the loader's own choice of threads, trained with
 // SGD + nesterov and a cosine schedule, gradients all-reduced in buckets while backward runs; a
 // checkpoint every epoch, and --resume continues from it bit for bit; so does a restarted job.
 //
@@ -184,7 +184,12 @@ void map_fn(int, const xs::Flags& flags) {
   // A restarted gang (--max-restarts) picks up the last checkpoint, as --resume does.
   const bool restarted = xs::restart_count() > 0 && !checkpoint.empty() && std::filesystem::exists(checkpoint);
   const bool resume = flags.get("resume", 0) != 0 || restarted;
-  const data::Dataset train = stripes(data::Split::kTrain, 2048), test = stripes(data::Split::kTest, 512);
+  // The training set drawn once for the machine, in shared memory for every rank (shareDataset).
+  const data::Dataset train = data::shareDataset([] { return stripes(data::Split::kTrain, 2048); });
+  const data::Dataset test = stripes(data::Split::kTest, 512);
+  xs::master_print("training set: {} images, {} bytes of pixels {} ({} bytes of shared heap when shared)",
+                   train.size(), train.pixelCount(), train.sharedPixels.empty() ? "on each rank" : "shared by the machine",
+                   data::sharedDatasetBytes(train.size(), train.imageSize(), train.name.size()));
 
   xs::engine::Device device(xs::device_options(xs::engine::parsePrecision(flags.get("precision", "fp32"))));
   FeatureMean* features = nullptr;  // owned by the model

@@ -76,6 +76,7 @@ straight=$("$prefix/bin/xspawn" --nprocs 2 -q --trace "$work/trace.json" run -- 
   --nprocs 2 --epochs 3 | grep "weights hash")
 echo "resumed: $resumed; uninterrupted: $straight"
 test "$resumed" = "$straight"
+"$work/examples/custom_network" --nprocs 2 --epochs 1 | grep "training set: 2048 images, 1572864 bytes of pixels shared by the machine"
 
 step "the custom network in bf16: its own layers carry the tensors' bf16 flags, the run ends in one set of weights"
 "$work/examples/custom_network" --nprocs 2 --epochs 1 --precision bf16 | grep "weights hash"
