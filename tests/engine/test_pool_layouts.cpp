@@ -7,7 +7,8 @@
 // convolution's output and input gradient in channel blocks are its channels-last values, and
 // an fp32 one's blocked passes take dy channels last with dx in blocks.
 // Every average-pool path (layouts, from planes into channels last, fused ReLU and rounding)
-// against the separate passes; the adaptive average pool against its formula.
+// against the separate passes; the adaptive average pool against its formula. The layout
+// transposes (channels first <-> last) against their index formula, with a guard past the end.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -526,5 +527,30 @@ TEST(PoolLayouts, AdaptiveAveragePoolIsTheFormulaBitForBit) {
     adaptiveAvgPool2dBackward(dx.data(), dy.data(), n, c, h, w, oh, ow);
     EXPECT_TRUE(sameBits(y, wantY)) << "forward";
     EXPECT_TRUE(sameBits(dx, wantDx)) << "backward";
+  }
+}
+
+// Every float lands where the index formula puts it, for planes smaller than, equal to and past
+// the 16 x 16 blocks (partial blocks on either side), and nothing past the images is written.
+TEST(Layouts, TransposesPutEveryFloatWhereTheFormulaSays) {
+  for (auto [n, c, hw] : {std::tuple{2, 16, 25}, {3, 1, 7}, {2, 5, 1}, {1, 16, 16}, {2, 17, 33}, {1, 128, 16},
+                          {2, 3, 50}, {1, 40, 9}}) {
+    const std::size_t count = static_cast<std::size_t>(n) * c * hw;
+    std::vector<float> src(count), last(count + 16, -1.f), back(count + 16, -1.f);
+    for (std::size_t i = 0; i < count; ++i) src[i] = static_cast<float>(i);
+    nchwToNhwc(last.data(), src.data(), n, c, hw);
+    nhwcToNchw(back.data(), last.data(), n, c, hw);
+    const std::string shape = std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(hw);
+    for (int i = 0; i < n; ++i)
+      for (int ch = 0; ch < c; ++ch)
+        for (int p = 0; p < hw; ++p) {
+          const std::size_t first = (static_cast<std::size_t>(i) * c + ch) * hw + p;
+          ASSERT_EQ(last[(static_cast<std::size_t>(i) * hw + p) * c + ch], src[first]) << "channels last, " << shape;
+          ASSERT_EQ(back[first], src[first]) << "back to channels first, " << shape;
+        }
+    for (std::size_t k = count; k < last.size(); ++k) {
+      ASSERT_EQ(last[k], -1.f) << "written past the end, " << shape;
+      ASSERT_EQ(back[k], -1.f) << "written past the end, " << shape;
+    }
   }
 }

@@ -1,6 +1,6 @@
 // kernel_util.hpp: helpers the kernels share (internal header): the bf16 rounding of a vector,
 // vdpbf16ps's words of two bf16 values, and the dispatch of two fused steps' flags to template
-// instantiations.
+// instantiations; a 16 x 16 transpose of floats in registers.
 #pragma once
 
 #include <immintrin.h>
@@ -55,6 +55,42 @@ inline std::uint32_t wordAt(const std::uint16_t* p) {
   std::uint32_t w;
   std::memcpy(&w, p, sizeof w);
   return w;
+}
+
+// The side of transpose16's square: the lanes of a float vector.
+constexpr int kTransposeSide = 16;
+
+// The index vectors of transpose16's rounds (s = 8, 4, 2, 1): lane l of row i (bit s of i clear)
+// keeps its own value where bit s of l is clear and takes row i + s's lane l - s where it is set;
+// row i + s takes row i's lane l + s where that bit is clear and keeps its own where it is set.
+struct TransposeLanes {
+  alignas(64) int low[4][kTransposeSide], high[4][kTransposeSide];
+  constexpr TransposeLanes() : low{}, high{} {
+    for (int k = 0; k < 4; ++k) {
+      const int s = 8 >> k;
+      for (int l = 0; l < kTransposeSide; ++l) {
+        low[k][l] = (l & s) ? kTransposeSide + l - s : l;
+        high[k][l] = (l & s) ? kTransposeSide + l : l + s;
+      }
+    }
+  }
+};
+inline constexpr TransposeLanes kTransposeLanes;
+
+// 16 x 16 floats transposed in registers: four rounds of swapping off-diagonal blocks of s x s.
+__attribute__((target("avx512f"))) inline void transpose16(__m512 (&r)[kTransposeSide]) {
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const int s = 8 >> k;
+    const __m512i low = _mm512_load_si512(kTransposeLanes.low[k]), high = _mm512_load_si512(kTransposeLanes.high[k]);
+#pragma GCC unroll 16
+    for (int i = 0; i < kTransposeSide; ++i)
+      if ((i & s) == 0) {
+        const __m512 a = r[i], b = r[i + s];
+        r[i] = _mm512_permutex2var_ps(a, low, b);
+        r[i + s] = _mm512_permutex2var_ps(a, high, b);
+      }
+  }
 }
 
 // run(relu, round) with each flag as a compile-time constant (std::bool_constant), so that a

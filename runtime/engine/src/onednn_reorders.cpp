@@ -35,39 +35,6 @@ XS_DPBF16 inline __m512i bf16Lanes(__m512 v) {
   return _mm512_maskz_cvtepu16_epi32(kAllLanes, bf16Bits(v));
 }
 
-// The index vectors of transpose16's rounds (s = 8, 4, 2, 1): lane l of row i (bit s of i clear)
-// keeps its own value where bit s of l is clear and takes row i + s's lane l - s where it is set;
-// row i + s takes row i's lane l + s where that bit is clear and keeps its own where it is set.
-struct TransposeLanes {
-  alignas(64) int low[4][kBlock], high[4][kBlock];
-  constexpr TransposeLanes() : low{}, high{} {
-    for (int k = 0; k < 4; ++k) {
-      const int s = 8 >> k;
-      for (int l = 0; l < kBlock; ++l) {
-        low[k][l] = (l & s) ? kBlock + l - s : l;
-        high[k][l] = (l & s) ? kBlock + l : l + s;
-      }
-    }
-  }
-};
-constexpr TransposeLanes kTransposeLanes;
-
-// 16 x 16 floats transposed in registers: four rounds of swapping off-diagonal blocks of s x s.
-__attribute__((target("avx512f"))) inline void transpose16(__m512 (&r)[kBlock]) {
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    const int s = 8 >> k;
-    const __m512i low = _mm512_load_si512(kTransposeLanes.low[k]), high = _mm512_load_si512(kTransposeLanes.high[k]);
-#pragma GCC unroll 16
-    for (int i = 0; i < kBlock; ++i)
-      if ((i & s) == 0) {
-        const __m512 a = r[i], b = r[i + s];
-        r[i] = _mm512_permutex2var_ps(a, low, b);
-        r[i + s] = _mm512_permutex2var_ps(a, high, b);
-      }
-  }
-}
-
 // A block of w [oc][ic][taps] (16 output channels from o0, 16 input channels from i0), its rows
 // of 16 * taps floats (input channel, then tap) transposed 16 columns at a time: st row
 // i * taps + t holds w[o0 + lane][i0 + i][t].

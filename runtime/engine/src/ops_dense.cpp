@@ -6,6 +6,7 @@
 #include "conv_onednn.hpp"
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
+#include "kernel_util.hpp"
 #include "ops.hpp"
 #include "update_rules.hpp"
 #include "xspawn/engine/tensor.hpp"
@@ -73,18 +74,14 @@ Layout preferredLayout(const Device&) {
 }
 
 namespace {
-// Per image, src [rows, cols] -> dst [cols, rows], in 16 x 16 tiles that keep both sides in cache;
-// a small image (LeNet-5's 25 x 16 at its flatten) in one tile. A row or a column: a copy.
-void transposeImages(float* __restrict dst, const float* __restrict src, int n, int rows, int cols) {
+// Without AVX-512: in 16 x 16 tiles that keep both sides in cache; a small image (LeNet-5's
+// 25 x 16 at its flatten) in one tile.
+void transposeImagesScalar(float* __restrict dst, const float* __restrict src, int n, int rows, int cols) {
   const std::size_t plane = static_cast<std::size_t>(rows) * cols;
   const int tile = plane <= 1024 ? std::max(rows, cols) : 16;
   for (int i = 0; i < n; ++i) {
     const float* s = src + i * plane;
     float* d = dst + i * plane;
-    if (rows == 1 || cols == 1) {
-      std::memcpy(d, s, plane * sizeof(float));
-      continue;
-    }
     for (int r0 = 0; r0 < rows; r0 += tile)
       for (int c0 = 0; c0 < cols; c0 += tile) {
         const int r1 = std::min(rows, r0 + tile), c1 = std::min(cols, c0 + tile);
@@ -93,6 +90,43 @@ void transposeImages(float* __restrict dst, const float* __restrict src, int n, 
             d[static_cast<std::size_t>(c) * rows + r] = s[static_cast<std::size_t>(r) * cols + c];
       }
   }
+}
+
+// A block of at most 16 x 16 (`rows` rows of `cols` floats, src's rows `srcStride` apart) into
+// dst's `cols` rows of `rows` floats (`dstStride` apart), by one transpose in registers. Masked
+// loads and stores touch no float outside the block (a partial block at an image's edge).
+__attribute__((target("avx512f"))) inline void transposeBlock(float* dst, std::size_t dstStride, const float* src,
+                                                              std::size_t srcStride, int rows, int cols) {
+  const auto lanes = [](int k) { return static_cast<__mmask16>((1u << k) - 1); };
+  __m512 r[kTransposeSide];
+  for (int i = 0; i < kTransposeSide; ++i)
+    r[i] = i < rows ? _mm512_maskz_loadu_ps(lanes(cols), src + i * srcStride) : _mm512_setzero_ps();
+  transpose16(r);
+  for (int j = 0; j < cols; ++j) _mm512_mask_storeu_ps(dst + j * dstStride, lanes(rows), r[j]);
+}
+
+// transposeImagesScalar's result in blocks of 16 x 16 (the same floats moved: the same bits).
+__attribute__((target("avx512f"))) void transposeImagesAvx512(float* __restrict dst, const float* __restrict src, int n,
+                                                              int rows, int cols) {
+  const std::size_t plane = static_cast<std::size_t>(rows) * cols;
+  for (int i = 0; i < n; ++i) {
+    const float* s = src + i * plane;
+    float* d = dst + i * plane;
+    for (int r0 = 0; r0 < rows; r0 += kTransposeSide)
+      for (int c0 = 0; c0 < cols; c0 += kTransposeSide)
+        transposeBlock(d + static_cast<std::size_t>(c0) * rows + r0, rows, s + static_cast<std::size_t>(r0) * cols + c0,
+                       cols, std::min(kTransposeSide, rows - r0), std::min(kTransposeSide, cols - c0));
+  }
+}
+
+// Per image, src [rows, cols] -> dst [cols, rows]. A row or a column: a copy.
+void transposeImages(float* dst, const float* src, int n, int rows, int cols) {
+  if (rows == 1 || cols == 1)
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * rows * cols * sizeof(float));
+  else if (cpuHasAvx512())
+    transposeImagesAvx512(dst, src, n, rows, cols);
+  else
+    transposeImagesScalar(dst, src, n, rows, cols);
 }
 }  // namespace
 

@@ -1,6 +1,7 @@
 // ops_loss.cpp: log-softmax, NLL, cross-entropy (fused softmax + NLL) and accuracy.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "xspawn/error.hpp"
 #include "ops.hpp"
@@ -51,14 +52,15 @@ float crossEntropyForward(float* probs, const float* logits, const std::int32_t*
                           int C, float smoothing) {
   checkLabels(labels, B, C);
   double loss = 0.0;
+  std::vector<double> e(static_cast<std::size_t>(C));  // a row's exponentials, each taken once
   for (int b = 0; b < B; ++b) {
     const float* r = logits + static_cast<std::size_t>(b) * C;
     float* p = probs + static_cast<std::size_t>(b) * C;
     float mx = r[0];
     for (int c = 1; c < C; ++c) mx = std::max(mx, r[c]);
     double s = 0.0, sum = 0.0;
-    for (int c = 0; c < C; ++c) s += std::exp(static_cast<double>(r[c] - mx)), sum += r[c];
-    for (int c = 0; c < C; ++c) p[c] = static_cast<float>(std::exp(static_cast<double>(r[c] - mx)) / s);
+    for (int c = 0; c < C; ++c) e[c] = std::exp(static_cast<double>(r[c] - mx)), s += e[c], sum += r[c];
+    for (int c = 0; c < C; ++c) p[c] = static_cast<float>(e[c] / s);
     // -sum_c target_c * log p_c, target = (1 - smoothing) at the label + smoothing / C everywhere
     const double lse = std::log(s) + mx;
     loss += lse - (1.0 - smoothing) * r[labels[b]];
