@@ -1,9 +1,12 @@
 // test_conv_algorithms.cpp: which oneDNN algorithm each backward pass of a 3x3 convolution takes
 // (Winograd for the weight gradient, for the data gradient only on big passes), and that a data
-// gradient on Winograd stays within the golden tolerance of the direct one at such a size.
+// gradient on Winograd stays within the golden tolerance of the direct one at such a size. The
+// convolutions of a device share their staging buffers: layers and batch sizes interleaved on one
+// device give the bits each gives on a device of its own.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "conv_onednn.hpp"
@@ -62,6 +65,61 @@ TEST(ConvAlgorithms, WinogradDataGradientMatchesDirect) {
   expectClose(dxWino, dxDirect, "dx");
   expectClose(dwWino, dwDirect, "dw");
   EXPECT_NE(dxWino, dxDirect) << "the data gradient did not take Winograd";
+}
+
+
+// The convnet's conv 2 and 3 channels last (the layouts that stage through reorders in bf16), at
+// batch 16 and at an epoch's last, partial batch of 12: forwards then backwards, interleaved as a
+// network and a partial batch run them, on one device, against each on a device of its own.
+TEST(ConvAlgorithms, SharedStagingKeepsEveryLayersBits) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    std::vector<ConvGeom> layers{ConvGeom{16, 32, 13, 13, 64, 3, 3}, ConvGeom{16, 64, 10, 10, 128, 3, 3},
+                                 ConvGeom{12, 32, 13, 13, 64, 3, 3}};
+    struct Result {
+      std::vector<float> y, dx, dw, db;
+    };
+    auto inputs = [](const ConvGeom& g, int seed) {
+      const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * g.h * g.w, nw = static_cast<std::size_t>(g.oc) * g.c * 9;
+      return std::tuple{test::pattern(nx, seed), test::pattern(nw, seed + 1), test::pattern(g.oc, seed + 2),
+                        test::pattern(static_cast<std::size_t>(g.n) * g.oc * g.oh() * g.ow(), seed + 3)};
+    };
+    auto forward = [&](Device& dev, const ConvGeom& g, int seed, Result& r) {
+      auto [x, w, b, dy] = inputs(g, seed);
+      r.y.assign(dy.size(), 0.f);
+      conv2dForward(dev, r.y.data(), x.data(), w.data(), b.data(), g);
+    };
+    auto backward = [&](Device& dev, const ConvGeom& g, int seed, Result& r) {
+      auto [x, w, b, dy] = inputs(g, seed);
+      r.dx.assign(x.size(), 0.f);
+      r.dw.assign(w.size(), 0.f);
+      r.db.assign(b.size(), 0.f);
+      conv2dBackward(dev, r.dx.data(), r.dw.data(), r.db.data(), dy.data(), x.data(), w.data(), g);
+    };
+    for (ConvGeom& g : layers) g.srcNhwc = g.dstNhwc = true;
+    std::vector<Result> alone(layers.size()), shared(layers.size());
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      DeviceOptions o;
+      o.precision = p;
+      Device dev(o);
+      forward(dev, layers[i], static_cast<int>(10 * i), alone[i]);
+      backward(dev, layers[i], static_cast<int>(10 * i), alone[i]);
+    }
+    DeviceOptions o;
+    o.precision = p;
+    Device dev(o);
+    for (std::size_t i = 0; i < layers.size(); ++i) forward(dev, layers[i], static_cast<int>(10 * i), shared[i]);
+    for (std::size_t i = layers.size(); i-- > 0;) backward(dev, layers[i], static_cast<int>(10 * i), shared[i]);
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const std::string what = std::string(precisionName(p)) + ", layer " + std::to_string(i);
+      auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same(shared[i].y, alone[i].y)) << what << ": y";
+      EXPECT_TRUE(same(shared[i].dx, alone[i].dx)) << what << ": dx";
+      EXPECT_TRUE(same(shared[i].dw, alone[i].dw)) << what << ": dw";
+      EXPECT_TRUE(same(shared[i].db, alone[i].db)) << what << ": db";
+    }
+  }
 }
 
 }  // namespace xs::engine

@@ -19,20 +19,44 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-// A tensor crossing between our plain layout and a primitive's layout, with its staging buffer.
+// The staging buffers that every convolution of a device shares. A port's staged copy lives only
+// within one call (converted in, read or written by the primitive, converted out), and calls run
+// one at a time, so each port of every geometry stages in the buffer of its role. The roles keep
+// apart the ports one call holds at once: the forward's src, weights and dst (A, B, C); the
+// backward's dy for both passes (D, or E for the data pass when their layouts differ), x and dw
+// of the weight pass (A, B), then w and dx of the data pass (A, C). One copy for all layers and
+// batch sizes, where each geometry had its own nine (convnet at batch 16: the device's peak 13.7
+// MiB instead of 18.1); a new batch size (an epoch's last, partial one) stages in memory touched.
+enum StageRole { kStageA, kStageB, kStageC, kStageD, kStageE, kStageRoles };
+struct Staging {
+  Tensor buffers[kStageRoles];
+  std::size_t floats[kStageRoles] = {};
+  // Role r's buffer, grown to hold `n` floats (its contents need not survive a call).
+  Tensor* reserve(Device& dev, StageRole r, std::size_t n) {
+    if (n > floats[r]) {
+      buffers[r] = Tensor(dev, Shape{static_cast<int>(n)}, "convolution staging");
+      floats[r] = n;
+    }
+    return &buffers[r];
+  }
+};
+
+// A tensor crossing between our plain layout and a primitive's layout, through its role's
+// staging buffer.
 struct Port {
   memory::desc user, inner;
   bool same = true;
   dnnl::reorder toInner, toUser;  // built only where `own` has no reorder for the pair
   OwnReorder own;                  // ours in place of toInner or toUser, where it has one
-  Tensor buf;
-  void init(Device& dev, const memory::desc& u, const memory::desc& in, bool input) {
+  Tensor* stage = nullptr;         // Staging's buffer of this port's role
+  void init(Device& dev, Staging& staging, StageRole role, const memory::desc& u, const memory::desc& in,
+            bool input) {
     auto& eng = oneDnnContext().eng;
     user = u;
     inner = in;
     same = u == in;
     if (same) return;
-    buf = Tensor(dev, Shape{static_cast<int>((in.get_size() + 3) / 4)}, "convolution staging");
+    stage = staging.reserve(dev, role, (in.get_size() + 3) / 4);
     own = input ? OwnReorder::between(u, in) : OwnReorder::between(in, u);
     if (own) return;
     if (input) toInner = dnnl::reorder(memory(u, eng, nullptr), memory(in, eng, nullptr));
@@ -44,18 +68,18 @@ struct Port {
     auto& c = oneDnnContext();
     memory um(user, c.eng, const_cast<float*>(p));
     if (same) return um;
-    memory im(inner, c.eng, to ? to : buf.data());
+    memory im(inner, c.eng, to ? to : stage->data());
     if (own) own(p, im.get_data_handle());
     else toInner.execute(c.stream, um, im);
     return im;
   }
   // Where the primitive writes an output destined for p.
-  memory out(float* p) { return memory(same ? user : inner, oneDnnContext().eng, same ? p : buf.data()); }
+  memory out(float* p) { return memory(same ? user : inner, oneDnnContext().eng, same ? p : stage->data()); }
   void finish(float* p) {
     if (same) return;
     auto& c = oneDnnContext();
-    if (own) return own(buf.data(), p);
-    memory im(inner, c.eng, buf.data()), um(user, c.eng, p);
+    if (own) return own(stage->data(), p);
+    memory im(inner, c.eng, stage->data()), um(user, c.eng, p);
     toUser.execute(c.stream, im, um);
   }
 };
@@ -106,13 +130,14 @@ memory scratchpad(Device& dev, const Entry& e) {
 using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool, bool, bool, bool, bool, bool>;
 
 struct ConvCache : Device::KernelState {
+  Staging staging;  // before the entries: their ports point into it
   std::map<Key, std::unique_ptr<Entry>> entries;
 };
 constexpr int kConvSlot = 0;
 
-std::map<Key, std::unique_ptr<Entry>>& cache(Device& dev) {
+ConvCache& cache(Device& dev) {
   if (!dev.kernelState(kConvSlot)) dev.setKernelState(kConvSlot, std::make_unique<ConvCache>());
-  return static_cast<ConvCache*>(dev.kernelState(kConvSlot))->entries;
+  return *static_cast<ConvCache*>(dev.kernelState(kConvSlot));
 }
 
 // Native bf16, a convolution from fewer than 16 input channels (a first layer): its weight
@@ -179,15 +204,16 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   memory::desc srcU(srcD, dt::f32, g.srcNhwc ? tag::nhwc : tag::nchw), weiU(weiD, dt::f32, tag::oihw);
   memory::desc dstU(dstD, dt::f32, g.dstNhwc ? tag::nhwc : tag::nchw);
   memory::desc diffDstU(dstD, g.dyBf16 ? dt::bf16 : dt::f32, g.dstNhwc ? tag::nhwc : tag::nchw);
-  e->src.init(dev, srcU, fpd.src_desc(), true);
-  e->wei.init(dev, weiU, fpd.weights_desc(), true);
-  e->dst.init(dev, dstU, fpd.dst_desc(), false);
-  e->bdDiffDst.init(dev, diffDstU, dpd.diff_dst_desc(), true);
-  e->bdWei.init(dev, weiU, dpd.weights_desc(), true);
-  e->bdDiffSrc.init(dev, srcU, dpd.diff_src_desc(), false);
-  e->bwSrc.init(dev, srcU, wpd.src_desc(), true);
-  e->bwDiffDst.init(dev, diffDstU, wpd.diff_dst_desc(), true);
-  e->bwDiffWei.init(dev, weiU, wpd.diff_weights_desc(), false);
+  Staging& st = cache(dev).staging;
+  e->src.init(dev, st, kStageA, srcU, fpd.src_desc(), true);
+  e->wei.init(dev, st, kStageB, weiU, fpd.weights_desc(), true);
+  e->dst.init(dev, st, kStageC, dstU, fpd.dst_desc(), false);
+  e->bwSrc.init(dev, st, kStageA, srcU, wpd.src_desc(), true);
+  e->bwDiffWei.init(dev, st, kStageB, weiU, wpd.diff_weights_desc(), false);
+  e->bwDiffDst.init(dev, st, kStageD, diffDstU, wpd.diff_dst_desc(), true);
+  e->bdDiffDst.init(dev, st, kStageE, diffDstU, dpd.diff_dst_desc(), true);
+  e->bdWei.init(dev, st, kStageA, weiU, dpd.weights_desc(), true);
+  e->bdDiffSrc.init(dev, st, kStageC, srcU, dpd.diff_src_desc(), false);
   e->dwUser = Tensor(dev, Shape{g.oc, g.c, g.kh, g.kw}, "convolution weight gradient");
   e->dbUser = Tensor(dev, Shape{g.oc}, "convolution bias gradient");
   e->sharedDiffDst = dpd.diff_dst_desc() == wpd.diff_dst_desc();
@@ -202,7 +228,7 @@ Entry* entry(Device& dev, const ConvGeom& g, bool bias) {
   const bool winograd = convWinograd();
   Key k{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad, bias, dev.precision() == Precision::kBf16,
         g.srcNhwc, g.dstNhwc, g.dyBf16, winograd};
-  auto& c = cache(dev);
+  auto& c = cache(dev).entries;
   auto it = c.find(k);
   if (it == c.end()) {
     std::unique_ptr<Entry> e;
