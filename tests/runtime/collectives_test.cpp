@@ -148,10 +148,16 @@ TEST(CollectivesFailure, RankKilledMidCollectiveStopsThePeersWithin100ms) {
   o.quiet = true;
   o.printReport = false;
   o.jobId = uniqueJobId("kill");
-  // Two ranks take the pair's streamed two-shot; four the staged one.
-  const std::pair<int, Algorithm> cases[] = {
-      {2, Algorithm::kTwoShot}, {4, Algorithm::kTwoShot}, {4, Algorithm::kRing}};
-  for (auto [world, algo] : cases) {
+  // Two ranks take the pair's streamed two-shot; four the staged one; a tensor in the shared
+  // heap the zero-copy one (in place: its ranks read and write each other's buffers).
+  struct Case {
+    int world;
+    Algorithm algo;
+    bool heap;
+  };
+  const Case cases[] = {{2, Algorithm::kTwoShot, false}, {4, Algorithm::kTwoShot, false}, {4, Algorithm::kRing, false},
+                        {4, Algorithm::kTwoShot, true}};
+  for (auto [world, algo, heap] : cases) {
     std::memset(stamps, 0, 4096);
     JobResult r = spawn(
         [&](int rank, const Flags&) {
@@ -162,12 +168,14 @@ TEST(CollectivesFailure, RankKilledMidCollectiveStopsThePeersWithin100ms) {
               raise(SIGKILL);
             }).detach();
           }
-          std::vector<float> grads(1 << 21, 1.0f);
+          std::vector<float> own;
+          std::span<float> grads = heap ? shared_alloc<float>(1 << 21) : std::span<float>(own = std::vector<float>(1 << 21));
+          std::fill(grads.begin(), grads.end(), 1.0f);
           CollectiveOptions opt;
           opt.algorithm = algo;
           opt.tag = "grads";
           try {
-            for (;;) all_reduce(std::span<float>(grads), ReduceOp::kSum, opt);
+            for (;;) all_reduce(grads, ReduceOp::kSum, opt);
           } catch (const AbortedError& e) {
             stamps[1 + rank] = now();
             if (std::string(e.what()).find("rank 1 (pid") == std::string::npos) stamps[1 + rank] = -1;
@@ -181,7 +189,8 @@ TEST(CollectivesFailure, RankKilledMidCollectiveStopsThePeersWithin100ms) {
     for (int rank = 0; rank < world; ++rank) {
       if (rank == 1) continue;
       ASSERT_GT(stamps[1 + rank], 0) << "rank " << rank << " did not name the dead rank";
-      EXPECT_LT(stamps[1 + rank] - stamps[0], 100'000'000) << "rank " << rank << ", " << algorithmName(algo) << ", world " << world;
+      EXPECT_LT(stamps[1 + rank] - stamps[0], 100'000'000)
+          << "rank " << rank << ", " << algorithmName(algo) << (heap ? " in the heap" : "") << ", world " << world;
     }
     EXPECT_FALSE(segmentExists(o.jobId));
   }
