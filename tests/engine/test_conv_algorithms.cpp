@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "conv_onednn.hpp"
@@ -66,7 +68,6 @@ TEST(ConvAlgorithms, WinogradDataGradientMatchesDirect) {
   expectClose(dwWino, dwDirect, "dw");
   EXPECT_NE(dxWino, dxDirect) << "the data gradient did not take Winograd";
 }
-
 
 // The convnet's conv 2 and 3 channels last (the layouts that stage through reorders in bf16), at
 // batch 16 and at an epoch's last, partial batch of 12: forwards then backwards, interleaved as a
