@@ -1,8 +1,9 @@
 // custom_network.cpp: a network of one's own (a small residual net with batch-norm, pools,
 // dropout and two layers of one's own) on a dataset of one's own (made by a function, once for the
-// machine with shareDataset, and held in a pixelBuffer for fromMemory), with the loader's own choice of threads, trained with
-// SGD + nesterov and a cosine schedule, gradients all-reduced in buckets while backward runs; a
-// checkpoint every epoch, and --resume continues from it bit for bit; so does a restarted job.
+// machine with shareDataset, and held in a pixelBuffer for fromMemory), with the loader's own
+// choice of threads, trained with SGD + nesterov and a cosine schedule, gradients all-reduced in
+// buckets while backward runs; a checkpoint every epoch, and --resume continues from it bit for
+// bit; so does a restarted job.
 //
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --stop-after 2
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --resume 1   # epochs 3 and 4

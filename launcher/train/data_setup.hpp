@@ -36,7 +36,8 @@ struct SplitBytes {
 };
 // Checks that the dataset's files exist and that their headers and sizes are consistent,
 // reading a few bytes of each (the gzip trailer gives a .gz file's decompressed size), and
-// returns the shared heap its splits take (synthetic: from its counts). Throws the data pipeline's errors (FileNotFoundError, FormatError, ...).
+// returns the shared heap its splits take (synthetic: from its counts). Throws the data
+// pipeline's errors (FileNotFoundError, FormatError, ...).
 SplitBytes checkDatasetFiles(const TrainOptions& o);
 
 }  // namespace xs::train

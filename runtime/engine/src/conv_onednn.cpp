@@ -30,13 +30,10 @@ using dt = memory::data_type;
 enum StageRole { kStageA, kStageB, kStageC, kStageD, kStageE, kStageRoles };
 struct Staging {
   Tensor buffers[kStageRoles];
-  std::size_t floats[kStageRoles] = {};
   // Role r's buffer, grown to hold `n` floats (its contents need not survive a call).
   Tensor* reserve(Device& dev, StageRole r, std::size_t n) {
-    if (n > floats[r]) {
+    if (buffers[r].empty() || n > buffers[r].numel())
       buffers[r] = Tensor(dev, Shape{static_cast<int>(n)}, "convolution staging");
-      floats[r] = n;
-    }
     return &buffers[r];
   }
 };
