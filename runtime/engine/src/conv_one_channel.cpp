@@ -391,14 +391,15 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   const bool pairs = weightPairsApply(dev, r);
   const PairScratch words = pairs ? weightPairScratch(dev, g, r) : PairScratch{};
   for (int n = 0; n < g.n; ++n) {
-    if (toBlocks) avgPoolPlanesBackwardToBlocks(dyT, bsum, *g.pool, n);
+    if (toBlocks && pairs) avgPoolPlanesBackwardToPairs(words.dy, bsum, *g.pool, n);  // dyPairs' words
+    else if (toBlocks) avgPoolPlanesBackwardToBlocks(dyT, bsum, *g.pool, n);
     else if (planes) avgPoolPlanesBackwardImage(planes, *g.pool, n);
     const float* dyn = planes ? planes : toBlocks ? nullptr : dy + n * image;
     if (deinterleave) deinterleave(dyT, bsum, dyn, r, sh);
     else if (!fill) deinterleavePortable(dyT, bsum, dyn, r);
     else if (pairs && dyn) planesToBlocks(dyT, bsum, dyn, r);  // what the fp32 sums' first pass fills
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
-    if (pairs) weightSumsPairs(s, dyT, xp, r, words);
+    if (pairs) weightSumsPairs(s, toBlocks ? nullptr : dyT, xp, r, words);
     else if (vecSums && r.kw == 3) weightSumsAvx512<3>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
     else if (vecSums) weightSumsAvx512<5>(s, dyT, fill ? dyn : nullptr, bsum, xp, r);
     else weightSumsPortable(s, dyT, xp, r);

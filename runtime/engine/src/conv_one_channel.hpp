@@ -143,7 +143,8 @@ void forwardPairs(Device& dev, float* y, const float* x, const float* w, const f
 // Whether the weight sums take pairs on dev (the AVX-512 kernels' tap widths, 3 and 5).
 bool weightPairsApply(const Device& dev, const Rows& r);
 // One image's weight sums s [oc][taps][16] += over pairs of dyT's rows, xp its padded image;
-// pairs: kDyPairSlot's and kPairSlot's scratch, from weightPairScratch once a call.
+// pairs: kDyPairSlot's and kPairSlot's scratch, from weightPairScratch once a call. dyT null:
+// pairs.dy holds the rows' pair words already (avgPoolPlanesBackwardToPairs).
 struct PairScratch {
   std::uint32_t *dy, *x;
   int width;  // of x's rows that the image's words fill

@@ -265,7 +265,7 @@ PairScratch weightPairScratch(Device& dev, const ConvGeom& g, const Rows& r) {
 }
 
 void weightSumsPairs(float* s, const float* dyT, const float* xp, const Rows& r, const PairScratch& p) {
-  dyPairs(p.dy, dyT, r);
+  if (dyT) dyPairs(p.dy, dyT, r);
   layOut(p.x, xp, r, p.width, kV);
   if (r.oh % 2) layOut(p.x + r.xpCount(), xp, r, p.width, kS);
   if (r.kw == 3) pairSumsOfImage<3>(s, p, r);

@@ -313,6 +313,10 @@ void avgPoolPlanesBackwardImage(float* dx, const PlanesPool& p, int n);
 // gradient's lanes) in row order: rows of at most 32 pixels that the windows cover, AVX-512.
 bool avgPoolPlanesToBlocksApply(const PlanesPool& p);
 void avgPoolPlanesBackwardToBlocks(float* dyT, float* laneSums, const PlanesPool& p, int n);
+// The same (and p.g.dxRounded) into the native bf16 weight sums' words instead, dq [h / 2][blocks
+// of 16 pixels][c][16] = (row 2 q, row 2 q + 1) bits, the rows of each window row as a pair:
+// dyT's words without dyT, the lane sums in the same order.
+void avgPoolPlanesBackwardToPairs(std::uint32_t* dq, float* laneSums, const PlanesPool& p, int n);
 // x [n, c, h, w] -> y [n, c, oh, ow]; window i covers [floor(i*h/oh), ceil((i+1)*h/oh))
 void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow);
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,

@@ -182,10 +182,16 @@ XS_AVX512 void backwardBlock(float* dx, const float* dy, const std::uint16_t* ma
 // One image's dy spread as backwardBlock does, but into the weight sums' layout dyT [h][2 blocks
 // of 16 pixels][C][16] (zeros past w, every store a whole aligned vector), with each written
 // vector added to its channel's lane sums (the bias gradient) in row order. One window block a
-// row (w <= 32) and windows that cover the image: the rows come out in order.
-template <int C, bool kRelu, bool kRound>
-XS_AVX512 void backwardToBlocks(float* dyT, float* laneSums, const float* dy, const std::uint16_t* mask,
+// row (w <= 32) and windows that cover the image: the rows come out in order. kPairs (native
+// bf16, rounded values): a window row's two pixel rows go out as the words of the pair sums
+// instead, dq [h / 2][blocks][C][16] = (row 2 oy, row 2 oy + 1) (dyPairs' layout), out = dq.
+template <int C, bool kRelu, bool kRound, bool kPairs = false>
+XS_AVX512 void backwardToBlocks(void* out, float* laneSums, const float* dy, const std::uint16_t* mask,
                                 const Planes& p, const Image& im, const Shuffles& sh, const Lanes& ln) {
+  static_assert(!kPairs || kRound, "pair words hold bf16 values");
+  auto* dyT = static_cast<float*>(out);
+  auto* dq = static_cast<std::uint32_t*>(out);
+  __m512 top[2][C] = {};  // kPairs: a window row's top pixel row, per block, until its bottom one
   const int wins = p.windows(0);
   const __mmask16 m0 = firstLanes(2 * wins), m1 = wins > 8 ? firstLanes(2 * wins - kLanes) : 0;
   const __m512i low = _mm512_load_si512(ln.low), high = _mm512_load_si512(ln.high);
@@ -202,18 +208,21 @@ XS_AVX512 void backwardToBlocks(float* dyT, float* laneSums, const float* dy, co
       const __m512 grad = windowGrad<C, kRound>(rows, sh, ch);
       g0[ch] = _mm512_maskz_permutexvar_ps(m0, low, grad), g1[ch] = _mm512_maskz_permutexvar_ps(m1, high, grad);
     }
+    // Block blk's vector v of channel ch in pixel row 2 oy + ky.
+    auto put = [&](int ky, int blk, int ch, __m512 v) XS_AVX512 {
+      const std::size_t at = (static_cast<std::size_t>(kPairs ? oy : 2 * oy + ky) * p.blocks16 + blk) * C + ch;
+      if constexpr (!kPairs) _mm512_store_ps(dyT + at * kLanes, v);
+      else if (ky == 0) top[blk][ch] = v;
+      else _mm512_store_si512(dq + at * kLanes, pairWordsOf<true>(top[blk][ch], v));
+    };
 #pragma GCC unroll 2
     for (int ky = 0; ky < 2; ++ky) {
       const int iy = 2 * oy + ky;
-      float* row = dyT + static_cast<std::size_t>(iy) * p.blocks16 * C * kLanes;
 #pragma GCC unroll 16
       for (int ch = 0; ch < C; ++ch) {
-        __m512 v0 = g0[ch], v1 = g1[ch];
-        if constexpr (kRelu) {
-          const std::uint16_t* b = mask + ch * im.bits + iy * im.rowBits;
-          v0 = _mm512_maskz_mov_ps(b[0], v0), v1 = _mm512_maskz_mov_ps(b[1], v1);
-        }
-        _mm512_store_ps(row + ch * kLanes, v0);
+        __m512 v0 = g0[ch];
+        if constexpr (kRelu) v0 = _mm512_maskz_mov_ps(mask[ch * im.bits + iy * im.rowBits], v0);
+        put(ky, 0, ch, v0);
         sums[ch] = _mm512_add_ps(sums[ch], v0);
       }
       if (p.blocks16 == 1) continue;
@@ -221,7 +230,7 @@ XS_AVX512 void backwardToBlocks(float* dyT, float* laneSums, const float* dy, co
       for (int ch = 0; ch < C; ++ch) {
         __m512 v1 = g1[ch];
         if constexpr (kRelu) v1 = _mm512_maskz_mov_ps(mask[ch * im.bits + iy * im.rowBits + 1], v1);
-        _mm512_store_ps(row + (C + ch) * kLanes, v1);
+        put(ky, 1, ch, v1);
         sums[ch] = _mm512_add_ps(sums[ch], v1);
       }
     }
@@ -259,10 +268,11 @@ XS_AVX512 void backwardAvx512(float* dx, const float* dy, const std::uint16_t* m
   }
 }
 
-template <int C, bool kRelu, bool kRound>
-XS_AVX512 void toBlocksAvx512(float* dyT, float* laneSums, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
+template <int C, bool kRelu, bool kRound, bool kPairs = false>
+XS_AVX512 void toBlocksAvx512(void* out, float* laneSums, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
   const Planes p(g);
-  backwardToBlocks<C, kRelu, kRound>(dyT, laneSums, dy, mask, p, Image(p), detail::shufflesFor(C), detail::poolLanes());
+  backwardToBlocks<C, kRelu, kRound, kPairs>(out, laneSums, dy, mask, p, Image(p), detail::shufflesFor(C),
+                                             detail::poolLanes());
 }
 
 // The kernels for c channels (1..15).
@@ -274,8 +284,14 @@ auto forwardKernel(int c, std::index_sequence<I...>) {
 }
 template <bool kRelu, bool kRound, std::size_t... I>
 auto toBlocksKernel(int c, std::index_sequence<I...>) {
-  using Kernel = void (*)(float*, float*, const float*, const std::uint16_t*, const PoolGeom&);
+  using Kernel = void (*)(void*, float*, const float*, const std::uint16_t*, const PoolGeom&);
   static constexpr Kernel kTable[] = {&toBlocksAvx512<static_cast<int>(I) + 1, kRelu, kRound>...};
+  return kTable[c - 1];
+}
+template <bool kRelu, std::size_t... I>
+auto toPairsKernel(int c, std::index_sequence<I...>) {
+  using Kernel = void (*)(void*, float*, const float*, const std::uint16_t*, const PoolGeom&);
+  static constexpr Kernel kTable[] = {&toBlocksAvx512<static_cast<int>(I) + 1, kRelu, true, true>...};
   return kTable[c - 1];
 }
 template <bool kRelu, bool kRound, std::size_t... I>
@@ -347,6 +363,17 @@ void avgPoolPlanesForwardImage(const PlanesPool& p, int n, const float* x) {
 
 bool avgPoolPlanesToBlocksApply(const PlanesPool& p) {
   return vectorKernels() && p.g.w <= 2 * kLanes && p.g.w == 2 * p.g.ow() && p.g.h == 2 * p.g.oh();
+}
+
+void avgPoolPlanesBackwardToPairs(std::uint32_t* dq, float* laneSums, const PlanesPool& p, int n) {
+  XS_CHECK(avgPoolPlanesToBlocksApply(p) && p.g.dxRounded, ShapeError,
+           "average-pool into pair words: needs AVX-512, rows of at most 32 pixels that the windows cover, and dx "
+           "rounded to bf16 (g.dxRounded)");
+  const PoolGeom g = oneImage(p);
+  withFlags(p.f.relu, true, [&](auto relu, auto) {
+    toPairsKernel<relu>(g.c, std::make_index_sequence<kLanes - 1>())(
+        dq, laneSums, p.dy + n * imageOutputs(p), p.f.relu ? p.mask + n * imageMasks(p) : nullptr, g);
+  });
 }
 
 void avgPoolPlanesBackwardToBlocks(float* dyT, float* laneSums, const PlanesPool& p, int n) {
