@@ -10,6 +10,7 @@
 //   ./custom_network --nprocs 4 --epochs 4 --checkpoint ckpt.xsckpt --max-restarts 1 \
 //       --inject-fault rank=1,step=100,kind=crash   # rank 1 dies in epoch 2; the new gang resumes
 //   ./custom_network --nprocs 4 --precision bf16      # bf16 products (fp32 by default)
+//   ./custom_network --nprocs 4 --module-times 1      # where rank 0's passes spent their time
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -198,6 +199,7 @@ void map_fn(int, const xs::Flags& flags) {
   auto optimizer = xs::optim::SGD(model, {.lr = 0.05f, .momentum = 0.9f, .weightDecay = 5e-4f, .nesterov = true});
   const xs::optim::CosineAnnealingLR schedule{0.05f, epochs};
   xs::data_parallel(model, {.bucketBytes = 64 << 10});  // buckets reduced while backward runs
+  model.setModuleTimes(flags.get("module-times", 0) != 0);  // each module's own time, its modules' apart
 
   data::TransformConfig t;
   t.mean = {0.5f, 0.5f, 0.5f};
@@ -238,6 +240,9 @@ void map_fn(int, const xs::Flags& flags) {
     state.sampler = {epoch + 1, 0};
     if (!checkpoint.empty()) xs::save(checkpoint, model, *optimizer, state);
   }
+  for (const xs::engine::ModuleTime& t : model.moduleTimes())  // training and evaluation passes alike
+    xs::master_print("module {:<18} forward {:8.2f} ms, backward {:8.2f} ms, {:.1f} MFLOP an image", t.name,
+                     1e3 * t.forwardSeconds, 1e3 * t.backwardSeconds, (t.forwardFlops + t.backwardFlops) / 1e6);
   xs::master_print("weights hash {:016x}", xs::weights_hash(model));
 }
 

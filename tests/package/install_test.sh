@@ -76,10 +76,17 @@ straight=$("$prefix/bin/xspawn" --nprocs 2 -q --trace "$work/trace.json" run -- 
   --nprocs 2 --epochs 3 | grep "weights hash")
 echo "resumed: $resumed; uninterrupted: $straight"
 test "$resumed" = "$straight"
-"$work/examples/custom_network" --nprocs 2 --epochs 1 | grep "training set: 2048 images, 1572864 bytes of pixels shared by the machine"
+"$work/examples/custom_network" --nprocs 2 --epochs 1 > "$work/one_epoch.txt"
+grep "training set: 2048 images, 1572864 bytes of pixels shared by the machine" "$work/one_epoch.txt"
 
 step "the custom network in bf16: its own layers carry the tensors' bf16 flags, the run ends in one set of weights"
 "$work/examples/custom_network" --nprocs 2 --epochs 1 --precision bf16 | grep "weights hash"
+
+step "the custom network's modules timed (Model::setModuleTimes): a block's convolutions apart from it"
+"$work/examples/custom_network" --nprocs 2 --epochs 1 --module-times 1 > "$work/modules.txt"
+grep -E "^module block1\.conv1 +forward +[0-9.]+ ms, backward +[0-9.]+ ms, [0-9.]+ MFLOP an image" "$work/modules.txt"
+grep -E "^module features " "$work/modules.txt"
+test "$(grep "weights hash" "$work/modules.txt")" = "$(grep "weights hash" "$work/one_epoch.txt")"  # timing changes nothing
 
 step "the custom network's own xs::Trace spans in the installed xspawn's trace"
 test "$(grep -c '"name":"epoch end","cat":"user"' "$work/trace.json")" = 6  # 3 epochs x 2 ranks

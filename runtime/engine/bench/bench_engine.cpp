@@ -39,6 +39,10 @@ struct Args {
   int stepInBackward = 1;  // the SGD step inside backward (Model::setOptimizerInBackward)
   int rounds = 1;          // --all: the whole table this many times, each row's median
   bool all = false, itersGiven = false;
+  bool modules = false;  // each module's own forward and backward time (Model::setModuleTimes)
+  // Timed steps go on past --iters until they add up to this many seconds (of thread CPU time):
+  // short steps (LeNet-5, the MLP) then span several of a shared machine's moments.
+  double minSeconds = 0;
 };
 
 double threadCpuSeconds() {
@@ -52,8 +56,21 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-bench::Figures runEngine(const Args& a, Model& model, optim::Optimizer& opt, double flopsPerImage) {
+// One module's median own times over the timed steps (--modules), and its FLOPs a sample.
+struct ModuleRow {
+  ModuleTime t;
+  std::vector<double> forward, backward;  // seconds, a step each
+};
+// And a step's wall time outside every module, a step each.
+struct ModuleTimes {
+  std::vector<ModuleRow> rows;
+  std::vector<double> outside;
+};
+
+bench::Figures runEngine(const Args& a, Model& model, optim::Optimizer& opt, double flopsPerImage,
+                         ModuleTimes* modules = nullptr) {
   Shape in = model.inputShape();
+  model.setModuleTimes(modules != nullptr);
   std::vector<float> images(static_cast<std::size_t>(a.batch) * in.numel());
   std::vector<std::int32_t> labels(a.batch);
   fillPattern(images.data(), images.size(), 7, 1.f);
@@ -61,17 +78,34 @@ bench::Figures runEngine(const Args& a, Model& model, optim::Optimizer& opt, dou
   // The core's own compute time (this thread's CPU time) is the measure: on a shared machine
   // wall time also counts the time other processes hold the CPU.
   std::vector<double> cpu, wall;
-  for (int it = 0; it < a.iters + 2; ++it) {
+  double timed = 0;
+  for (int it = 0; it < a.iters + 2 || timed < a.minSeconds; ++it) {
     double c0 = threadCpuSeconds();
     auto t0 = std::chrono::steady_clock::now();
     model.trainStep(images.data(), labels.data(), a.batch);
     if (!opt.inBackward()) opt.step();
-    if (it < 2) continue;  // two warm-up steps
-    cpu.push_back(threadCpuSeconds() - c0);
-    wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (it >= 2) {  // after two warm-up steps
+      cpu.push_back(threadCpuSeconds() - c0);
+      timed += cpu.back();
+      wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (!modules) continue;
+    const std::vector<ModuleTime>& times = model.moduleTimes();
+    std::vector<ModuleRow>& rows = modules->rows;
+    if (rows.size() < times.size()) rows.resize(times.size());
+    double outside = it >= 2 ? wall.back() : 0;
+    for (std::size_t i = 0; it >= 2 && i < times.size(); ++i) {
+      rows[i].t = times[i];
+      rows[i].forward.push_back(times[i].forwardSeconds);
+      rows[i].backward.push_back(times[i].backwardSeconds);
+      outside -= times[i].forwardSeconds + times[i].backwardSeconds;
+    }
+    if (it >= 2) modules->outside.push_back(outside);
+    model.resetModuleTimes();
   }
+  model.setModuleTimes(false);
   double t = median(cpu);
-  return {a.batch / t, t * 1e3, flopsPerImage * a.batch / t / 1e9, median(wall) * 1e3};
+  return {a.batch / t, t * 1e3, flopsPerImage * a.batch / t / 1e9, median(wall) * 1e3, static_cast<int>(cpu.size())};
 }
 
 void writeJson(const std::string& path, const nlohmann::json& j) {
@@ -107,6 +141,7 @@ struct Result {
   int imageSize = 0;
   std::string device;
   double peakMiB = 0;
+  ModuleTimes modules;  // --modules
 };
 Result benchModel(const Args& a) {
   DeviceOptions dopt;
@@ -124,7 +159,7 @@ Result benchModel(const Args& a) {
   r.imageSize = model.inputShape()[1];
   r.flopsPerImage = 3.0 * model.forwardFlopsPerSample();  // forward + two backward products
   r.peak = measurePeak(dev);
-  r.eng = runEngine(a, model, *opt, r.flopsPerImage);
+  r.eng = runEngine(a, model, *opt, r.flopsPerImage, a.modules ? &r.modules : nullptr);
   r.device = dev.name();
   r.peakMiB = dev.peak() / 1048576.0;
   return r;
@@ -136,6 +171,32 @@ const char* stepWhere(const Args& a) { return a.stepInBackward ? "inside" : "aft
 double percentOfPeak(double gflops, const Peak& p) { return p.gflops > 0 ? 100 * gflops / p.gflops : 0; }
 std::string percentOf(double gflops, const Peak& p) {
   return p.gflops > 0 ? fmt::format("{:.1f}", percentOfPeak(gflops, p)) : "n/a";
+}
+
+// --modules: each module's median own times, its share of the step (wall time) and the % of
+// peak of its FLOPs; then what the step spends outside every module (the loss, zeroGrad).
+nlohmann::json printModules(const Args& a, const Result& res) {
+  const double step = res.eng.wallMsPerStep / 1e3;
+  fmt::print("per module, own time (modules inside one count as theirs), median of {} steps; % of the step's "
+             "wall time:\n{:<22} {:>9} {:>9} {:>7} {:>10} {:>10}\n",
+             res.eng.steps, "module", "fwd ms", "bwd ms", "% step", "fwd % pk", "bwd % pk");
+  auto peakShare = [&](double flops, double seconds) {
+    return flops > 0 && seconds > 0 ? percentOf(flops * a.batch / seconds / 1e9, res.peak) : std::string("-");
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (const ModuleRow& m : res.modules.rows) {
+    const double f = median(m.forward), b = median(m.backward);
+    fmt::print("{:<22} {:>9.4f} {:>9.4f} {:>7.1f} {:>10} {:>10}\n", m.t.name, f * 1e3, b * 1e3,
+               100 * (f + b) / step, peakShare(m.t.forwardFlops, f), peakShare(m.t.backwardFlops, b));
+    out.push_back({{"name", m.t.name}, {"forward_ms", f * 1e3}, {"backward_ms", b * 1e3},
+                   {"forward_gflop_per_image", m.t.forwardFlops / 1e9},
+                   {"backward_gflop_per_image", m.t.backwardFlops / 1e9}});
+  }
+  const double outside = median(res.modules.outside);
+  fmt::print("{:<22} {:>19.4f} {:>7.1f}   (the batch's copy, the loss, the timing itself)\n", "outside the modules",
+             outside * 1e3, 100 * outside / step);
+  out.push_back({{"name", "outside the modules"}, {"ms", outside * 1e3}});
+  return out;
 }
 
 int run(const Args& a) {
@@ -156,7 +217,7 @@ int run(const Args& a) {
   fmt::print("engine bench: {} batch {} image {}x{} {}{} on {} (conv {}, gemm {}), SGD step {} backward, {} steps, "
              "median\n",
              a.model, a.batch, size, size, a.precision, bf16 ? fmt::format(" ({})", bf16ModeName(bf16Mode())) : "",
-             res.device, convBackendName(convBackend()), gemmBackendName(gemmBackend()), stepWhere(a), a.iters);
+             res.device, convBackendName(convBackend()), gemmBackendName(gemmBackend()), stepWhere(a), eng.steps);
   fmt::print("{:<14} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}\n", "", "images/s", "ms/step", "GFLOP/s",
              "% peak", "ratio", "wall ms");
   auto row = [&](const std::string& who, const bench::Figures& f) {
@@ -166,7 +227,7 @@ int run(const Args& a) {
   };
   row("xspawn " + a.precision, eng);
   nlohmann::json j = {{"model", a.model}, {"batch", a.batch}, {"image_size", size},
-                      {"precision", a.precision}, {"iters", a.iters}, {"step_in_backward", a.stepInBackward == 1},
+                      {"precision", a.precision}, {"iters", eng.steps}, {"step_in_backward", a.stepInBackward == 1},
                       {"conv", convBackendName(convBackend())}, {"gemm", gemmBackendName(gemmBackend())},
                       {"bf16_mode", bf16ModeName(bf16Mode())},
                       {"peak_gflops", res.peak.gflops}, {"peak_unit", res.peak.unit}, {"gflop_per_image", flops / 1e9},
@@ -184,6 +245,7 @@ int run(const Args& a) {
     }
   }
   if (!peers.empty() && peers.front().second.figures) fmt::print("peer: {}\n", peers.front().second.note);
+  if (a.modules) j["modules"] = printModules(a, res);
   fmt::print("images/s and ms/step from each step's thread CPU time (median); ratio = xspawn images/s / "
              "row images/s; peak of this core: {:.1f} GFLOP/s measured ({}); "
              "{:.4f} GFLOP per image (fwd+bwd); device peak memory {:.1f} MiB\n",
@@ -308,7 +370,7 @@ int runAll(const Args& base) {
       a.model = c.model, a.batch = c.batch, a.imageSize = c.imageSize, a.precision = kPrecisions[i % kPrecisionCount];
       a.iters = base.itersGiven ? base.iters : c.iters;
       Measured m{benchModel(a)};
-      m.iters = a.iters, m.memoryGBs = gbs;
+      m.iters = m.r.eng.steps, m.memoryGBs = gbs;
       m.percent = percentOfPeak(m.r.eng.gflops, m.r.peak);
       if (i % kPrecisionCount) m.bf16OverFp32 = m.r.eng.imagesPerSecond / rows[i - 1].back().r.eng.imagesPerSecond;
       rows[i].push_back(m);
@@ -349,6 +411,10 @@ int main(int argc, char** argv) {
       ("step-in-backward", po::value(&a.stepInBackward)->default_value(a.stepInBackward),
        "1: xspawn's SGD step inside backward (Model::setOptimizerInBackward); 0: after it, as the PyTorch peer")
       ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (no PyTorch peers; --iters then applies to every row)")
+      ("min-seconds", po::value(&a.minSeconds),
+       "time more steps than --iters until they take this many seconds (default: 1 with --all, else 0)")
+      ("modules", "also time each module's forward and backward (Model::setModuleTimes) and print its own "
+                  "time, share of the step and % of peak")
       ("rounds", po::value(&a.rounds)->default_value(a.rounds),
        "with --all: run the whole table this many times (each row to stderr as it is measured), then print each "
        "row's median and the range of its % of peak (a shared machine's memory speed changes in phases)");
@@ -362,6 +428,12 @@ int main(int argc, char** argv) {
     po::notify(vm);
     a.all = vm.count("all") > 0;
     a.itersGiven = !vm["iters"].defaulted();
+    a.modules = vm.count("modules") > 0;
+    if (!vm.count("min-seconds")) a.minSeconds = a.all ? 1.0 : 0.0;
+    XS_CHECK(a.minSeconds >= 0 && a.minSeconds <= 600, UsageError,
+             "--min-seconds must be between 0 and 600, got " + std::to_string(a.minSeconds));
+    XS_CHECK(!(a.modules && a.all), UsageError,
+             "--modules times one model's modules: drop --all, and give --model (and --precision)");
     XS_CHECK(a.batch > 0, UsageError, "--batch must be positive");
     XS_CHECK(a.iters > 0, UsageError, "--iters must be positive");
     XS_CHECK(a.rounds > 0, UsageError, "--rounds must be positive, got " + std::to_string(a.rounds));

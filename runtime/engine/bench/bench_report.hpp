@@ -12,6 +12,7 @@ namespace xs::engine::bench {
 struct Figures {
   double imagesPerSecond = 0, msPerStep = 0, gflops = 0;  // from thread CPU time per step
   double wallMsPerStep = 0;
+  int steps = 0;  // timed steps
 };
 
 // Measured peak GFLOP/s of one core: AVX-512 FMA (fp32) or vdpbf16ps (bf16); 0 when absent.

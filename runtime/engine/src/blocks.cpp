@@ -3,6 +3,7 @@
 
 #include "xspawn/error.hpp"
 #include "xspawn/nn.hpp"
+#include "module_clock.hpp"
 #include "ops.hpp"
 
 namespace xs::nn {
@@ -20,12 +21,18 @@ Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& i
   Shape s = in;
   bool leading = !needInputGrad_;
   firstBackward_ = 0;
+  info_.assign(children_.size(), {});
   for (std::size_t i = 0; i < children_.size(); ++i) {
     auto& [name, m] = children_[i];
     m->setNeedInputGrad(!leading);
     m->setChained(i > 0);
     const std::size_t views = info.params.views().size();
-    s = m->build(s, prefix.empty() ? name : prefix + "." + name, info);
+    const double flops = info.forwardFlops;
+    info_[i].name = prefix.empty() ? name : prefix + "." + name;
+    s = m->build(s, info_[i].name, info);
+    // Its backward: the weight gradient's products, and the input gradient's unless skipped.
+    info_[i].forwardFlops = info.forwardFlops - flops;
+    info_[i].backwardFlops = info_[i].forwardFlops * (leading ? 1 : 2);
     if (leading && info.params.views().size() == views) firstBackward_ = i + 1;
     else leading = false;
   }
@@ -38,13 +45,33 @@ Shape Sequential::build(const Shape& in, const std::string& prefix, BuildInfo& i
 
 const Tensor& Sequential::forward(const Tensor& x, Context& ctx) {
   const Tensor* t = &x;
-  for (auto& [name, m] : children_) t = &m->forward(*t, ctx);
+  engine::detail::ModuleClock* clock = ctx.moduleClock;
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    Module& m = *children_[i].second;
+    if (!clock) {
+      t = &m.forward(*t, ctx);
+      continue;
+    }
+    clock->begin();
+    t = &m.forward(*t, ctx);
+    clock->end(&m, info_[i].name, info_[i].forwardFlops, info_[i].backwardFlops, false);
+  }
   return *t;
 }
 
 const Tensor& Sequential::backward(const Tensor& dy, Context& ctx) {
   const Tensor* t = &dy;
-  for (std::size_t i = children_.size(); i-- > firstBackward_;) t = &children_[i].second->backward(*t, ctx);
+  engine::detail::ModuleClock* clock = ctx.moduleClock;
+  for (std::size_t i = children_.size(); i-- > firstBackward_;) {
+    Module& m = *children_[i].second;
+    if (!clock) {
+      t = &m.backward(*t, ctx);
+      continue;
+    }
+    clock->begin();
+    t = &m.backward(*t, ctx);
+    clock->end(&m, info_[i].name, info_[i].forwardFlops, info_[i].backwardFlops, true);
+  }
   return firstBackward_ > 0 ? dx_ : *t;  // dx_ stays empty: nobody reads it
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "xspawn/error.hpp"
+#include "module_clock.hpp"
 #include "ops.hpp"
 #include "step_in_backward.hpp"
 #include "telemetry.hpp"
@@ -33,6 +34,20 @@ Model::Model(Device& dev, Network network, std::uint64_t seed)
   params_.allocate(dev_);
   buffers_.allocate(dev_);
   initialize(seed_);
+}
+
+void Model::setModuleTimes(bool on) {
+  if (!on) moduleClock_.reset();
+  else if (!moduleClock_) moduleClock_ = std::make_unique<detail::ModuleClock>();
+}
+
+const std::vector<ModuleTime>& Model::moduleTimes() const {
+  static const std::vector<ModuleTime> kNone;
+  return moduleClock_ ? moduleClock_->times() : kNone;
+}
+
+void Model::resetModuleTimes() {
+  if (moduleClock_) moduleClock_->reset();
 }
 
 Model::~Model() {
@@ -77,10 +92,12 @@ const Tensor& Model::forward(bool train) {
   xs::detail::telemetry::Span span(xs::detail::Category::kForward, "forward");
   train_ = train;
   nn::Context ctx{dev_, params_, buffers_, train, seed_, step_};
+  ctx.moduleClock = moduleClock_.get();
   if (train) {
     ++step_;
     xs::detail::telemetry::addSamples(static_cast<std::uint64_t>(batch_));
   }
+  probsFresh_ = false;
   logits_ = &net_->forward(images_, ctx);
   probs_.ensure(dev_, logits_->shape(), "softmax");
   return *logits_;
@@ -88,6 +105,7 @@ const Tensor& Model::forward(bool train) {
 
 float Model::loss() {
   XS_CHECK(logits_, UsageError, "loss before forward");
+  probsFresh_ = true;
   return crossEntropyForward(probs_.data(), logits_->data(),
                              reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, numClasses_,
                              labelSmoothing_);
@@ -102,12 +120,13 @@ int Model::correct() {
 void Model::backward() {
   XS_CHECK(logits_, UsageError, "backward before forward and loss");
   xs::detail::telemetry::Span span(xs::detail::Category::kBackward, "backward");
-  loss();  // refreshes the softmax the gradient starts from
+  if (!probsFresh_) loss();  // the softmax the gradient starts from, unless loss() just made it
   dlogits_.ensure(dev_, logits_->shape(), "logit gradients");
   crossEntropyBackward(dlogits_.data(), probs_.data(),
                        reinterpret_cast<const std::int32_t*>(labels_.data()), batch_, numClasses_, 1.f,
                        labelSmoothing_);
   nn::Context ctx{dev_, params_, buffers_, train_, seed_, step_, &gradReady_};
+  ctx.moduleClock = moduleClock_.get();
   if (!inBackward_) {
     net_->backward(dlogits_, ctx);
     params_.grads();  // zeros into the views this backward did not write (none in the built-in layers)

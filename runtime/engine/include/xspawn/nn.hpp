@@ -18,6 +18,7 @@
 
 namespace xs::engine::detail {
 class StepInBackward;
+class ModuleClock;
 }
 
 namespace xs::nn {
@@ -40,6 +41,8 @@ struct Context {
   // The optimizer step made inside this backward (engine::Model::setOptimizerInBackward), which
   // the engine's own layers may fuse into their kernels; null otherwise.
   engine::detail::StepInBackward* stepInBackward = nullptr;
+  // Times each module's forward and backward (engine::Model::setModuleTimes); null otherwise.
+  engine::detail::ModuleClock* moduleClock = nullptr;
   // Reports the gradients of parameter views [first, last] (registered consecutively) as final:
   // a module's backward calls it once its gradients are written and it has read those
   // parameters for the last time in this backward (the gradient hook sees the gradients, and an
@@ -110,6 +113,13 @@ class Sequential : public Module {
  private:
   std::vector<std::pair<std::string, ModulePtr>> children_;
   std::size_t firstBackward_ = 0;  // leading children whose backward nobody needs (build)
+  // Per child, for engine::Model::moduleTimes: its full name ("features.0"), and the
+  // multiply-adds x 2 a sample of its forward and of its backward (build).
+  struct ChildInfo {
+    std::string name;
+    double forwardFlops = 0, backwardFlops = 0;
+  };
+  std::vector<ChildInfo> info_;
 };
 
 // The layers, named and parameterised as in torch.nn (padding is symmetric, in pixels). Each

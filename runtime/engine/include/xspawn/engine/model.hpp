@@ -29,6 +29,17 @@ struct Network {
   std::string name = "custom";             // recorded in checkpoints; a load checks it
 };
 
+// One module's own time in the passes since Model::setModuleTimes or resetModuleTimes: what its
+// forward and backward took, less the time of the modules inside it (a residual block's
+// convolutions count as theirs), in seconds. FLOPs likewise: its own multiply-adds x 2 a sample
+// (those of its convolutions and linear layers), forward and backward (the weight gradient's,
+// and the input gradient's where one is computed).
+struct ModuleTime {
+  std::string name;  // as its parameters are named: "conv1", "features.0", "layer1.0.conv2"
+  double forwardFlops = 0, backwardFlops = 0;
+  double forwardSeconds = 0, backwardSeconds = 0;
+};
+
 struct StepResult {
   float loss = 0;   // mean cross-entropy over the batch
   int correct = 0;  // samples whose arg-max logit is the label
@@ -114,6 +125,17 @@ class Model {
   void setOptimizerInBackward(optim::Optimizer* opt);
   optim::Optimizer* optimizerInBackward() const { return inBackward_; }
 
+  // Times every module of the network in each forward() and backward() from now on (on: true),
+  // or stops (false, which also drops the times). A module's time covers its kernels and, with
+  // an optimizer in backward, the step made for its parameters; the loss, zeroGrad() and a
+  // separate optimizer step are outside every module. Costs two clock reads a module and pass.
+  void setModuleTimes(bool on);
+  // Every module's own time since setModuleTimes(true) or the last resetModuleTimes(), in the
+  // order their first forward ended (a module after those inside it); empty before that forward,
+  // or when off. A module that did not run since keeps its entry, at zero.
+  const std::vector<ModuleTime>& moduleTimes() const;
+  void resetModuleTimes();
+
   // State a library above the engine keeps with the model (xs::optimizer_step keeps the
   // gradients' shared buffers there); destroyed before the rest of the model.
   struct Attachment {
@@ -134,11 +156,13 @@ class Model {
   std::unique_ptr<nn::Sequential> net_;
   Tensor images_, labels_, probs_, dlogits_;
   const Tensor* logits_ = nullptr;
+  bool probsFresh_ = false;  // probs_ is the softmax of logits_ (loss() since the last forward)
   int batch_ = 0;
   bool train_ = false;
   std::uint64_t step_ = 0;
   GradReadyHook gradReady_;
   optim::Optimizer* inBackward_ = nullptr;
+  std::unique_ptr<detail::ModuleClock> moduleClock_;  // setModuleTimes
   std::unique_ptr<Attachment> attachment_;  // last: goes first
 };
 

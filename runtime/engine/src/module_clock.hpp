@@ -1,0 +1,58 @@
+// module_clock.hpp: the per-module times of Model::setModuleTimes. Sequential opens a span
+// around each child's forward and backward; a span's own time is its elapsed time less that of
+// the spans opened inside it (a residual block's convolutions are theirs, not the block's), so
+// the modules' own times add up to the time spent in modules, each counted once. Its own FLOPs
+// likewise: its count less that of the modules inside it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "xspawn/engine/model.hpp"
+
+namespace xs::engine::detail {
+
+class ModuleClock {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  void begin() { open_.push_back({Clock::now()}); }
+  // Closes the span begin() opened last, for module m (named name; forwardFlops and
+  // backwardFlops a sample, its modules' included, as Sequential counts them), in its forward or
+  // its backward.
+  void end(const void* m, const std::string& name, double forwardFlops, double backwardFlops, bool backward) {
+    const Span span = open_.back();
+    open_.pop_back();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - span.start).count();
+    if (!open_.empty()) {
+      Span& outer = open_.back();
+      outer.inner += elapsed;
+      outer.innerForwardFlops += forwardFlops;
+      outer.innerBackwardFlops += backwardFlops;
+    }
+    auto [it, added] = slots_.try_emplace(m, times_.size());
+    if (added)
+      times_.push_back(ModuleTime{name, forwardFlops - span.innerForwardFlops, backwardFlops - span.innerBackwardFlops});
+    ModuleTime& t = times_[it->second];
+    (backward ? t.backwardSeconds : t.forwardSeconds) += elapsed - span.inner;
+  }
+  const std::vector<ModuleTime>& times() const { return times_; }
+  void reset() {
+    for (ModuleTime& t : times_) t.forwardSeconds = t.backwardSeconds = 0;
+  }
+
+ private:
+  struct Span {
+    Clock::time_point start;
+    double inner = 0;  // seconds of the spans closed inside it, and their FLOPs
+    double innerForwardFlops = 0, innerBackwardFlops = 0;
+  };
+  std::vector<Span> open_;
+  std::unordered_map<const void*, std::size_t> slots_;
+  std::vector<ModuleTime> times_;  // in the order first seen: the forward's
+};
+
+}  // namespace xs::engine::detail
