@@ -174,7 +174,7 @@ std::string percentOf(double gflops, const Peak& p) {
 }
 
 // --modules: each module's median own times, its share of the step (wall time) and the % of
-// peak of its FLOPs; then what the step spends outside every module (the loss, zeroGrad).
+// peak of its FLOPs; then what the step spends outside every module (the batch's copy, the loss).
 nlohmann::json printModules(const Args& a, const Result& res) {
   const double step = res.eng.wallMsPerStep / 1e3;
   fmt::print("per module, own time (modules inside one count as theirs), median of {} steps; % of the step's "
