@@ -35,7 +35,8 @@ class ModuleClock {
     }
     auto [it, added] = slots_.try_emplace(m, times_.size());
     if (added)
-      times_.push_back(ModuleTime{name, forwardFlops - span.innerForwardFlops, backwardFlops - span.innerBackwardFlops});
+      times_.push_back(
+          ModuleTime{name, forwardFlops - span.innerForwardFlops, backwardFlops - span.innerBackwardFlops});
     ModuleTime& t = times_[it->second];
     (backward ? t.backwardSeconds : t.forwardSeconds) += elapsed - span.inner;
   }

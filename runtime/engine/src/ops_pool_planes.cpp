@@ -269,7 +269,8 @@ XS_AVX512 void backwardAvx512(float* dx, const float* dy, const std::uint16_t* m
 }
 
 template <int C, bool kRelu, bool kRound, bool kPairs = false>
-XS_AVX512 void toBlocksAvx512(void* out, float* laneSums, const float* dy, const std::uint16_t* mask, const PoolGeom& g) {
+XS_AVX512 void toBlocksAvx512(void* out, float* laneSums, const float* dy, const std::uint16_t* mask,
+                              const PoolGeom& g) {
   const Planes p(g);
   backwardToBlocks<C, kRelu, kRound, kPairs>(out, laneSums, dy, mask, p, Image(p), detail::shufflesFor(C),
                                              detail::poolLanes());
