@@ -62,6 +62,7 @@ Trainer::Trainer(const TrainOptions& options)
   cfg.seed = o_.seed;
   model_ = models::create(*device_, cfg);
   model_->setLabelSmoothing(static_cast<float>(o_.labelSmoothing));
+  model_->setModuleTimes(o_.moduleTimes);
   optimizer_ = makeOptimizer(o_, *model_);
   // Alone, the step is made inside backward, layer by layer while each gradient is in cache: the
   // same bits, less memory traffic (docs/engine.md). Several ranks all-reduce first.
@@ -110,6 +111,32 @@ void Trainer::step(const data::Batch& b) {
   stepStats_[0] = r.loss;
   stepStats_[1] = static_cast<float>(r.correct);
   xs::optimizer_step(*model_, *optimizer_, stepStats_);  // means over ranks of the gradients and stepStats_
+  if (!o_.moduleTimes) return;
+  const std::vector<engine::ModuleTime>& t = model_->moduleTimes();
+  if (moduleSeconds_.size() < t.size()) moduleSeconds_.resize(t.size());
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    moduleSeconds_[i].name = t[i].name;
+    moduleSeconds_[i].forwardFlops = t[i].forwardFlops, moduleSeconds_[i].backwardFlops = t[i].backwardFlops;
+    moduleSeconds_[i].forwardSeconds += t[i].forwardSeconds, moduleSeconds_[i].backwardSeconds += t[i].backwardSeconds;
+  }
+  model_->resetModuleTimes();
+}
+
+void Trainer::reportModules(double stepSeconds) {
+  if (!o_.moduleTimes || !master_ || stats_.steps == 0) return;
+  const double steps = static_cast<double>(stats_.steps);
+  progress_.line(fmt::format("module times (rank 0, own time a training step: modules inside one count as "
+                             "theirs; {:.3f} ms a step in all):", 1e3 * stepSeconds));
+  nlohmann::json rows = nlohmann::json::array();
+  for (const engine::ModuleTime& m : moduleSeconds_) {
+    const double f = m.forwardSeconds / steps, b = m.backwardSeconds / steps;
+    const double flops = (m.forwardFlops + m.backwardFlops) * o_.batchSize;
+    progress_.line(fmt::format("  {:<20} forward {:8.3f} ms, backward {:8.3f} ms, {:5.1f}% of the step{}", m.name,
+                               1e3 * f, 1e3 * b, 100 * (f + b) / stepSeconds,
+                               flops > 0 && f + b > 0 ? fmt::format(", {:.1f} GFLOP/s", flops / (f + b) / 1e9) : ""));
+    rows.push_back({{"name", m.name}, {"forward_ms", 1e3 * f}, {"backward_ms", 1e3 * b}});
+  }
+  metrics({{"event", "modules"}, {"rank", rank_}, {"step_ms", 1e3 * stepSeconds}, {"modules", rows}});
 }
 
 std::string Trainer::restartCheckpoint() {
@@ -156,6 +183,7 @@ void Trainer::saveCheckpoint(std::int64_t epoch, data::SamplerState sampler) {
 
 EvalResult Trainer::evaluateAndReport(std::int64_t epoch) {
   lastEval_ = xs::evaluate(*model_, test_, *testTransform_, o_.batchSize);
+  model_->resetModuleTimes();  // --module-times counts the training steps only
   evaluated_ = true;
   progress_.line(fmt::format("epoch {}: test accuracy {:.2f}% ({}/{}), test loss {:.4f}", epoch + 1,
                              100.0 * lastEval_.accuracy, lastEval_.correct, lastEval_.count, lastEval_.loss));
@@ -275,6 +303,7 @@ int Trainer::finish(double wallSeconds) {
   s.acrossMachines = xs::local_world_size() < xs::world_size();
   s.weightsHash = hash;
   for (const std::string& line : summaryLines(s)) progress_.line(line);
+  reportModules(stats_.steps > 0 ? stats_.seconds / static_cast<double>(stats_.steps) : 0);
   metrics({{"event", "summary"}, {"steps", s.steps}, {"images", s.images}, {"wall_seconds", s.wallSeconds},
            {"train_seconds", trainSeconds}, {"images_per_second", s.imagesPerSecond}, {"final_loss", s.finalLoss},
            {"test_accuracy", s.testAccuracy}, {"test_loss", s.testLoss}, {"world_size", world_},

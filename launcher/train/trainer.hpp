@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +40,8 @@ class Trainer {
   xs::EvalResult evaluateAndReport(std::int64_t epoch);
   void metrics(nlohmann::json line);
   int finish(double wallSeconds);
+  // --module-times: each module's own time a training step on this rank (moduleSeconds_).
+  void reportModules(double stepSeconds);
 
   TrainOptions o_;
   int rank_ = 0, world_ = 1;
@@ -61,6 +64,7 @@ class Trainer {
   xs::EvalResult lastEval_;
   bool evaluated_ = false;       // lastEval_ is of the current weights
   RankStats stats_;
+  std::vector<engine::ModuleTime> moduleSeconds_;  // --module-times: training passes' sums
 };
 
 }  // namespace xs::train

@@ -119,6 +119,28 @@ TEST(TrainRun, SameCommandSameWeights) {
   fs::remove_all(dir);
 }
 
+// --module-times: rank 0's own time a training step of every module, in the console and the
+// metrics; the weights are those of the same run without it.
+TEST(TrainRun, ModuleTimesListEveryModuleAndChangeNoWeight) {
+  fs::path dir = freshDir("module_times");
+  const std::string args = "--nprocs 2 -q train " + kSmall + "--max-steps 8 --eval-every 0 --metrics ";
+  CommandResult timed = runXspawn(args + (dir / "t.jsonl").string() + " --module-times");
+  CommandResult plain = runXspawn(args + (dir / "p.jsonl").string());
+  ASSERT_EQ(timed.status, 0) << timed.out << timed.err;
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_NE(timed.out.find("module times (rank 0, own time a training step"), std::string::npos) << timed.out;
+  for (const char* m : {"  flatten ", "  fc1 ", "  relu1 ", "  fc2 ", "  relu2 ", "  fc3 "})
+    EXPECT_EQ(countLines(timed.out, m), 1) << m << "\n" << timed.out;
+  EXPECT_NE(timed.out.find("GFLOP/s"), std::string::npos) << timed.out;  // the linear layers' rate
+  EXPECT_EQ(plain.out.find("module times"), std::string::npos) << plain.out;
+  const auto modules = metricLines(dir / "t.jsonl", "modules");
+  ASSERT_EQ(modules.size(), 1u);
+  EXPECT_EQ(modules[0]["modules"].size(), 6u);
+  EXPECT_GT(modules[0]["modules"][1]["forward_ms"].get<double>(), 0);  // fc1
+  EXPECT_EQ(summaryHash(dir / "t.jsonl"), summaryHash(dir / "p.jsonl"));
+  fs::remove_all(dir);
+}
+
 // The datasets' one copy goes into the shared heap before the gradients: the plan sizes the heap
 // for both, so the smallest --shared-heap still trains, and to the same weights.
 TEST(TrainRun, TheSharedHeapHoldsTheDatasetsAndTheGradients) {
