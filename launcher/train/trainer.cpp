@@ -111,19 +111,25 @@ void Trainer::step(const data::Batch& b) {
   stepStats_[0] = r.loss;
   stepStats_[1] = static_cast<float>(r.correct);
   xs::optimizer_step(*model_, *optimizer_, stepStats_);  // means over ranks of the gradients and stepStats_
-  if (!o_.moduleTimes) return;
+}
+
+void Trainer::foldModuleTimes() {
   const std::vector<engine::ModuleTime>& t = model_->moduleTimes();
-  if (moduleSeconds_.size() < t.size()) moduleSeconds_.resize(t.size());
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    moduleSeconds_[i].name = t[i].name;
-    moduleSeconds_[i].forwardFlops = t[i].forwardFlops, moduleSeconds_[i].backwardFlops = t[i].backwardFlops;
-    moduleSeconds_[i].forwardSeconds += t[i].forwardSeconds, moduleSeconds_[i].backwardSeconds += t[i].backwardSeconds;
+  if (moduleSeconds_.empty()) {
+    moduleSeconds_ = t;  // names, FLOPs and the first times
+  } else {
+    for (std::size_t i = 0; i < t.size() && i < moduleSeconds_.size(); ++i) {
+      moduleSeconds_[i].forwardSeconds += t[i].forwardSeconds;
+      moduleSeconds_[i].backwardSeconds += t[i].backwardSeconds;
+    }
   }
   model_->resetModuleTimes();
 }
 
 void Trainer::reportModules(double stepSeconds) {
-  if (!o_.moduleTimes || !master_ || stats_.steps == 0) return;
+  if (!o_.moduleTimes) return;
+  foldModuleTimes();
+  if (!master_ || stats_.steps == 0) return;
   const double steps = static_cast<double>(stats_.steps);
   progress_.line(fmt::format("module times (rank 0, own time a training step: modules inside one count as "
                              "theirs; {:.3f} ms a step in all):", 1e3 * stepSeconds));
@@ -182,8 +188,9 @@ void Trainer::saveCheckpoint(std::int64_t epoch, data::SamplerState sampler) {
 }
 
 EvalResult Trainer::evaluateAndReport(std::int64_t epoch) {
+  if (o_.moduleTimes) foldModuleTimes();  // --module-times counts the training steps only
   lastEval_ = xs::evaluate(*model_, test_, *testTransform_, o_.batchSize);
-  model_->resetModuleTimes();  // --module-times counts the training steps only
+  model_->resetModuleTimes();
   evaluated_ = true;
   progress_.line(fmt::format("epoch {}: test accuracy {:.2f}% ({}/{}), test loss {:.4f}", epoch + 1,
                              100.0 * lastEval_.accuracy, lastEval_.correct, lastEval_.count, lastEval_.loss));

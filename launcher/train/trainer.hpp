@@ -40,7 +40,9 @@ class Trainer {
   xs::EvalResult evaluateAndReport(std::int64_t epoch);
   void metrics(nlohmann::json line);
   int finish(double wallSeconds);
-  // --module-times: each module's own time a training step on this rank (moduleSeconds_).
+  // --module-times: the model's module times since their last reset (training steps only: each
+  // evaluation resets them after it) added into moduleSeconds_; at the end, rank 0 prints them.
+  void foldModuleTimes();
   void reportModules(double stepSeconds);
 
   TrainOptions o_;
@@ -64,7 +66,7 @@ class Trainer {
   xs::EvalResult lastEval_;
   bool evaluated_ = false;       // lastEval_ is of the current weights
   RankStats stats_;
-  std::vector<engine::ModuleTime> moduleSeconds_;  // --module-times: training passes' sums
+  std::vector<engine::ModuleTime> moduleSeconds_;  // --module-times: the training steps' sums
 };
 
 }  // namespace xs::train

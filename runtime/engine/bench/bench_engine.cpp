@@ -92,10 +92,9 @@ bench::Figures runEngine(const Args& a, Model& model, optim::Optimizer& opt, dou
     if (!modules) continue;
     const std::vector<ModuleTime>& times = model.moduleTimes();
     std::vector<ModuleRow>& rows = modules->rows;
-    if (rows.size() < times.size()) rows.resize(times.size());
+    for (std::size_t i = rows.size(); i < times.size(); ++i) rows.push_back({times[i], {}, {}});  // names, FLOPs
     double outside = it >= 2 ? wall.back() : 0;
     for (std::size_t i = 0; it >= 2 && i < times.size(); ++i) {
-      rows[i].t = times[i];
       rows[i].forward.push_back(times[i].forwardSeconds);
       rows[i].backward.push_back(times[i].backwardSeconds);
       outside -= times[i].forwardSeconds + times[i].backwardSeconds;

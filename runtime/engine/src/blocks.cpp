@@ -48,13 +48,9 @@ const Tensor& Sequential::forward(const Tensor& x, Context& ctx) {
   engine::detail::ModuleClock* clock = ctx.moduleClock;
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Module& m = *children_[i].second;
-    if (!clock) {
-      t = &m.forward(*t, ctx);
-      continue;
-    }
-    clock->begin();
+    if (clock) clock->begin();
     t = &m.forward(*t, ctx);
-    clock->end(&m, info_[i].name, info_[i].forwardFlops, info_[i].backwardFlops, false);
+    if (clock) clock->end(&m, info_[i].name, info_[i].forwardFlops, info_[i].backwardFlops, false);
   }
   return *t;
 }
@@ -64,13 +60,9 @@ const Tensor& Sequential::backward(const Tensor& dy, Context& ctx) {
   engine::detail::ModuleClock* clock = ctx.moduleClock;
   for (std::size_t i = children_.size(); i-- > firstBackward_;) {
     Module& m = *children_[i].second;
-    if (!clock) {
-      t = &m.backward(*t, ctx);
-      continue;
-    }
-    clock->begin();
+    if (clock) clock->begin();
     t = &m.backward(*t, ctx);
-    clock->end(&m, info_[i].name, info_[i].forwardFlops, info_[i].backwardFlops, true);
+    if (clock) clock->end(&m, info_[i].name, info_[i].forwardFlops, info_[i].backwardFlops, true);
   }
   return firstBackward_ > 0 ? dx_ : *t;  // dx_ stays empty: nobody reads it
 }

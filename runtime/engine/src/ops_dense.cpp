@@ -97,12 +97,11 @@ void transposeImagesScalar(float* __restrict dst, const float* __restrict src, i
 // loads and stores touch no float outside the block (a partial block at an image's edge).
 __attribute__((target("avx512f"))) inline void transposeBlock(float* dst, std::size_t dstStride, const float* src,
                                                               std::size_t srcStride, int rows, int cols) {
-  const auto lanes = [](int k) { return static_cast<__mmask16>((1u << k) - 1); };
   __m512 r[kTransposeSide];
   for (int i = 0; i < kTransposeSide; ++i)
-    r[i] = i < rows ? _mm512_maskz_loadu_ps(lanes(cols), src + i * srcStride) : _mm512_setzero_ps();
+    r[i] = i < rows ? _mm512_maskz_loadu_ps(firstLanes(cols), src + i * srcStride) : _mm512_setzero_ps();
   transpose16(r);
-  for (int j = 0; j < cols; ++j) _mm512_mask_storeu_ps(dst + j * dstStride, lanes(rows), r[j]);
+  for (int j = 0; j < cols; ++j) _mm512_mask_storeu_ps(dst + j * dstStride, firstLanes(rows), r[j]);
 }
 
 // transposeImagesScalar's result in blocks of 16 x 16 (the same floats moved: the same bits).
