@@ -78,7 +78,7 @@ po::options_description describeOptions() {
       ("device-memory", po::value<std::string>(), "memory of each emulated core, e.g. 2G (default 4G)")
       ("prefetch", po::value<int>(), "batches the loader prepares ahead (default 2)")
       ("loader-threads", po::value<int>(), "threads building batches in each worker; 0: each worker builds its own, in its step (default: 1 where the machine has a core to spare for them, else 0, and 0 for workers bound to a core)")
-      ("module-times", "at the end, rank 0 prints each module's own forward and backward time a training step, its share of the step and its GFLOP/s (evaluation passes left out)")
+      ("module-times", "at the end, rank 0 prints each module's own forward and backward time a training step, its share of the step and its GFLOP/s (evaluation passes and the first step, which builds the kernels, left out)")
       ("bucket-mb", po::value<double>(), "all-reduce the gradients in buckets of this many MB (1e6 bytes) while backward still runs, as DDP's bucket_cap_mb (0, the default: one all-reduce after backward; buckets measured no faster on one machine: docs/training.md)");
   return d;
 }

@@ -111,6 +111,8 @@ void Trainer::step(const data::Batch& b) {
   stepStats_[0] = r.loss;
   stepStats_[1] = static_cast<float>(r.correct);
   xs::optimizer_step(*model_, *optimizer_, stepStats_);  // means over ranks of the gradients and stepStats_
+  // --module-times: the run's first step builds the kernels (oneDNN's JIT); it is left out.
+  if (o_.moduleTimes && ++timedSteps_ == 1) model_->resetModuleTimes();
 }
 
 void Trainer::foldModuleTimes() {
@@ -129,10 +131,10 @@ void Trainer::foldModuleTimes() {
 void Trainer::reportModules(double stepSeconds) {
   if (!o_.moduleTimes) return;
   foldModuleTimes();
-  if (!master_ || stats_.steps == 0) return;
-  const double steps = static_cast<double>(stats_.steps);
-  progress_.line(fmt::format("module times (rank 0, own time a training step: modules inside one count as "
-                             "theirs; {:.3f} ms a step in all):", 1e3 * stepSeconds));
+  if (!master_ || timedSteps_ < 2) return;
+  const double steps = static_cast<double>(timedSteps_ - 1);
+  progress_.line(fmt::format("module times (rank 0, own time a training step after the first: modules inside "
+                             "one count as theirs; {:.3f} ms a step in all):", 1e3 * stepSeconds));
   nlohmann::json rows = nlohmann::json::array();
   for (const engine::ModuleTime& m : moduleSeconds_) {
     const double f = m.forwardSeconds / steps, b = m.backwardSeconds / steps;

@@ -67,6 +67,7 @@ class Trainer {
   bool evaluated_ = false;       // lastEval_ is of the current weights
   RankStats stats_;
   std::vector<engine::ModuleTime> moduleSeconds_;  // --module-times: the training steps' sums
+  std::int64_t timedSteps_ = 0;                     // ... and the steps this run made (the first not timed)
 };
 
 }  // namespace xs::train
