@@ -1,10 +1,13 @@
 // share_test.cpp: shareDataset across the ranks of a job: loaded by the owner alone, one copy of
 // the pixels in shared memory that every rank reads, the same images, labels and shape as the
-// owner's; private copies where the shared heap has no room; a dataset that does not hold
-// together fails on every rank; outside a job, the dataset as loaded.
+// owner's, mapped by every rank before its loader reads them; private copies where the shared
+// heap has no room; a dataset that does not hold together fails on every rank; outside a job,
+// the dataset as loaded.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -81,6 +84,32 @@ TEST(ShareDataset, EveryRankReadsTheOwnersOneCopy) {
         auto a = sharedLoader->next(), b = ownLoader->next();
         if (!a || !b || a->images != b->images || a->labels != b->labels) return 31;
         return 0;
+      },
+      3, o);
+  EXPECT_EQ(r.exitCode, 0) << r.report.text();
+  EXPECT_FALSE(test::segmentExists(o.jobId));
+}
+
+// Pages of file-backed and shared memory this process has mapped (/proc/self/statm, field 3).
+long sharedPagesMapped() {
+  std::ifstream statm("/proc/self/statm");
+  long size = 0, resident = 0, shared = -1;
+  statm >> size >> resident >> shared;
+  return shared;
+}
+
+TEST(ShareDataset, EveryRankMapsTheSharedPixelsBeforeItsLoaderReadsThemInRandomOrder) {
+  SpawnOptions o = options("sharemapped");
+  JobResult r = spawn(
+      [](int rank, const Flags&) {
+        barrier("before");
+        const long before = sharedPagesMapped();
+        const Dataset d = shareDataset([] { return makeSynthetic(config(), Split::kTrain); }, 0);
+        const long pages = static_cast<long>(d.pixelCount() / static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)));
+        // The owner's writes mapped them for it; the others read one byte of each page (the
+        // labels and the barriers' words alone are a handful of pages).
+        if (before < 0 || sharedPagesMapped() - before < pages) return 60 + rank;
+        return sameAsReference(d, true);
       },
       3, o);
   EXPECT_EQ(r.exitCode, 0) << r.report.text();
