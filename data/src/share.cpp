@@ -118,10 +118,12 @@ void writeBody(std::uint8_t* to, const Dataset& d) {
 // the AMD EPYC virtual machine of docs/benchmarks.md (8 ranks on 2 cores, Fashion-MNIST): a rank
 // that met the pages in the loader's random order spent 12.6 us an image building its batches
 // over the first epoch and 6.3 over the second, where the owner (which wrote every page) spent
-// 1.8; after this pass every rank spends about 2.1, and the pass itself takes 1.3-1.8 ms (about
-// 100 ms for the first rank to read the pages after the owner). The images/s of the whole run:
-// 1.063x at 8 ranks, 1.022x at 2 (medians of 8 and 6 runs alternated). madvise's
-// MADV_POPULATE_READ, which maps the pages without reading them, left the cost where it was.
+// 1.8; after this pass every rank spends about 2.1. The pass itself costs what the faults did
+// (85-113 ms for the 47 MB of Fashion-MNIST's training set there, about 7.5 us a page), but
+// once, before training, instead of in every epoch that still meets pages for the first time:
+// images/s 1.063x at 8 ranks and 1.022x at 2 (medians of 8 and 6 runs alternated), the
+// default 3-epoch run 1.03x. madvise's MADV_POPULATE_READ, which maps the pages without
+// reading them, left the per-image cost where it was.
 void mapByReading(const std::uint8_t* from, std::size_t bytes) {
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const volatile std::uint8_t* p = from;
