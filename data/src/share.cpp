@@ -120,10 +120,11 @@ void writeBody(std::uint8_t* to, const Dataset& d) {
 // over the first epoch and 6.3 over the second, where the owner (which wrote every page) spent
 // 1.8; after this pass every rank spends about 2.1. The pass itself costs what the faults did
 // (85-113 ms for the 47 MB of Fashion-MNIST's training set there, about 7.5 us a page), but
-// once, before training, instead of in every epoch that still meets pages for the first time:
-// images/s 1.063x at 8 ranks and 1.022x at 2 (medians of 8 and 6 runs alternated), the
-// default 3-epoch run 1.03x. madvise's MADV_POPULATE_READ, which maps the pages without
-// reading them, left the per-image cost where it was.
+// once, before training, instead of in every epoch that still meets pages for the first time,
+// and in order, which costs about half as much a page: training images/s 1.063x at 8 ranks and
+// 1.022x at 2 (medians of 8 and 6 runs alternated), the whole job's wall time 1.02x and 1.01x.
+// madvise's MADV_POPULATE_READ, which maps the pages without reading them, left the per-image
+// cost where it was.
 void mapByReading(const std::uint8_t* from, std::size_t bytes) {
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const volatile std::uint8_t* p = from;
