@@ -1,6 +1,7 @@
 // collectives_test.cpp: every collective, op, type, algorithm and world size against a serial
 // reference; chunked and zero-copy paths; determinism across ranks and runs; a rank killed
-// in the middle of a collective; many ranks on few cores.
+// in the middle of a collective; many ranks on few cores; one buffer for the machine
+// (shared_alloc_common) and read-only views of shared memory (shared_view).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -9,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -323,6 +326,58 @@ TEST(SharedAllocCommon, AnotherSizeOrAnOwnerOutsideTheJobIsAUsageError) {
     EXPECT_NE(r.report.text().find(says), std::string::npos) << r.report.text();
     EXPECT_FALSE(segmentExists(o.jobId));
   }
+}
+
+// The permissions of the mapping of this process that holds p ("r--s"), empty when none does.
+std::string mappingOf(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::uintptr_t first = 0, last = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s", &first, &last, perms) == 3 && at >= first && at < last) return perms;
+  }
+  return "";
+}
+
+// shared_view: a second, read-only mapping of shared-heap memory that reads the same bytes (and
+// what the owner writes later), from any offset; gone with its last pointer; memory outside the
+// shared heap refused.
+TEST(SharedView, ReadsTheSameBytesReadOnlyUntilItsLastPointerGoes) {
+  SpawnOptions o = withHeap("view", 8 << 20);
+  JobResult r = spawn(
+      [](int rank, const Flags&) {
+        constexpr std::size_t kBytes = (1 << 20) + 5;
+        auto* p = static_cast<unsigned char*>(shared_alloc_common(kBytes, 1));
+        if (!p) return 10;
+        if (rank == 1)
+          for (std::size_t i = 0; i < kBytes; ++i) p[i] = static_cast<unsigned char>(i * 131 + 7);
+        barrier("written");
+        std::shared_ptr<const std::byte> view = shared_view(p + 3, kBytes - 3);
+        if (!view || reinterpret_cast<const unsigned char*>(view.get()) == p + 3) return 11;
+        const auto* v = reinterpret_cast<const unsigned char*>(view.get());
+        if (std::memcmp(v, p + 3, kBytes - 3) != 0) return 12;
+        if (mappingOf(v) != "r--s" || mappingOf(p) != "rw-s") return 13;
+        if (rank == 1) p[kBytes - 1] ^= 0xff;
+        barrier("changed");
+        if (v[kBytes - 4] != p[kBytes - 1]) return 14;
+        std::shared_ptr<const std::byte> copy = view;
+        view.reset();
+        if (mappingOf(v) != "r--s") return 15;  // the copy keeps it
+        copy.reset();
+        if (!mappingOf(v).empty()) return 16;
+        int local = 0;
+        try {
+          shared_view(&local, sizeof local);
+        } catch (const UsageError& e) {
+          return std::string(e.what()).find("is not in this machine's shared heap") != std::string::npos ? 0 : 17;
+        }
+        return 18;
+      },
+      3, o);
+  EXPECT_EQ(r.exitCode, 0) << r.report.text();
+  EXPECT_FALSE(segmentExists(o.jobId));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -94,6 +95,15 @@ void shared_reset();
 // machine must ask for the same size (the answer, null or not, is the same on every machine).
 // Freed by shared_reset.
 void* shared_alloc_common(std::size_t bytes, int owner = 0);
+
+// A second mapping, read-only, of [p, p + bytes) of this machine's shared heap (memory from
+// shared_alloc or shared_alloc_common): the same pages, for data this rank only reads. Its
+// pointer reads what p reads; the mapping goes when the last copy of the pointer does. Where
+// page tables are shadowed (a virtual machine), a rank's first read of a page costs it about a
+// third as much through a read-only mapping (docs/collectives.md). Null where the job's memory
+// is this process's own (one process, no shared memory), or when the system refuses the
+// mapping: then read p. UsageError when [p, p + bytes) is not in the shared heap.
+std::shared_ptr<const std::byte> shared_view(const void* p, std::size_t bytes);
 
 template <class T>
 constexpr DType dtypeOf() {

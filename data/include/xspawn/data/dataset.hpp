@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct Dataset {
   // empty. Empty otherwise. Not a buffer for the collectives to write into (it is in one rank's
   // region of the shared heap only).
   std::span<const std::uint8_t> sharedPixels;
+  // The read-only mapping of the shared memory that sharedPixels views on a rank other than the
+  // owner (xs::shared_view), kept as long as a copy of the dataset is; null otherwise.
+  std::shared_ptr<const std::byte> sharedView;
 
   std::int64_t size() const { return static_cast<std::int64_t>(labels.size()); }
   std::int64_t imageSize() const { return std::int64_t{channels} * height * width; }  // C*H*W
