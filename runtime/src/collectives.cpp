@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "arena.hpp"
 #include "context.hpp"
 #include "reduce_kernels.hpp"
 #include "segment.hpp"
@@ -99,9 +100,10 @@ void* shared_alloc_common(std::size_t bytes, int owner) {
 
 std::shared_ptr<const std::byte> shared_view(const void* p, std::size_t bytes) {
   const detail::Segment& seg = *detail::requireContext("shared_view").segment;
+  const detail::Arena arena(seg);
   const auto* at = static_cast<const std::byte*>(p);
-  const std::byte* heap = seg.base() + seg.header().heapOffset;
-  const std::byte* end = seg.base() + seg.size();
+  const std::byte* heap = arena.heap(0);
+  const std::byte* end = arena.heap(seg.worldSize() - 1) + arena.heapBytes();
   XS_CHECK(at != nullptr && at >= heap && at <= end && bytes <= static_cast<std::size_t>(end - at), UsageError,
            fmt::format("shared_view: [{}, +{} bytes) is not in this machine's shared heap: view memory that "
                        "shared_alloc or shared_alloc_common returned",
