@@ -7,10 +7,6 @@
 #include <cstring>
 #include <memory>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include "arena.hpp"
@@ -108,19 +104,7 @@ std::shared_ptr<const std::byte> shared_view(const void* p, std::size_t bytes) {
            fmt::format("shared_view: [{}, +{} bytes) is not in this machine's shared heap: view memory that "
                        "shared_alloc or shared_alloc_common returned",
                        p, bytes));
-  if (seg.name().empty() || bytes == 0) return nullptr;  // the process's own memory
-  // The segment's name stays in /dev/shm until the job ends; a mapping refused (or a name
-  // already gone at the end of a failed job) leaves the caller reading p.
-  const int fd = ::shm_open(("/" + seg.name()).c_str(), O_RDONLY, 0);
-  if (fd < 0) return nullptr;
-  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  const auto offset = static_cast<std::size_t>(at - seg.base());
-  const std::size_t first = offset / page * page, length = offset - first + bytes;
-  void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(first));
-  ::close(fd);
-  if (map == MAP_FAILED) return nullptr;
-  const auto* view = static_cast<const std::byte*>(map) + (offset - first);
-  return std::shared_ptr<const std::byte>(view, [map, length](const std::byte*) { ::munmap(map, length); });
+  return seg.viewReadOnly(at, bytes);
 }
 
 }  // namespace xs

@@ -181,6 +181,17 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& config) {
   return seg;
 }
 
+std::shared_ptr<const std::byte> Segment::viewReadOnly(const std::byte* at, std::size_t bytes) const {
+  if (name_.empty() || bytes == 0) return nullptr;
+  try {
+    bip::shared_memory_object shm(bip::open_only, name_.c_str(), bip::read_only);
+    auto view = std::make_shared<bip::mapped_region>(shm, bip::read_only, at - base_, bytes);
+    return {view, static_cast<const std::byte*>(view->get_address())};
+  } catch (const bip::interprocess_exception&) {
+    return nullptr;
+  }
+}
+
 void reserveHeap(const std::string& name, std::uint64_t offset, std::uint64_t bytes) {
   if (name.empty() || bytes == 0) return;  // private memory: nothing to reserve
   int fd = ::shm_open(("/" + name).c_str(), O_RDWR, 0);

@@ -53,6 +53,10 @@ class Segment {
   void setOwner(bool owner) { owner_ = owner; }
 
   const std::string& name() const { return name_; }
+  // A second mapping of `bytes` from `at` (a pointer into this segment), read-only: the same
+  // pages, unmapped when the last copy of the pointer goes. Null for a private segment or when
+  // the system refuses it (the name already gone at the end of a failed job, say).
+  std::shared_ptr<const std::byte> viewReadOnly(const std::byte* at, std::size_t bytes) const;
   std::byte* base() const { return base_; }
   std::size_t size() const { return size_; }
   SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
