@@ -189,9 +189,13 @@ void map_fn(int, const xs::Flags& flags) {
   // The training set drawn once for the machine, in shared memory for every rank (shareDataset).
   const data::Dataset train = data::shareDataset([] { return stripes(data::Split::kTrain, 2048); });
   const data::Dataset test = stripes(data::Split::kTest, 512);
-  xs::master_print("training set: {} images, {} bytes of pixels {} ({} bytes of shared heap when shared)",
+  // The ranks that did not write the shared pixels read them through a read-only mapping of their
+  // own (Dataset::sharedView, made by xs::shared_view).
+  const int viewers = xs::mesh_reduce("read-only views", train.sharedView ? 1 : 0, [](int a, int b) { return a + b; });
+  xs::master_print("training set: {} images, {} bytes of pixels {} ({} bytes of shared heap when shared), read "
+                   "through a read-only mapping on {} ranks",
                    train.size(), train.pixelCount(), train.sharedPixels.empty() ? "on each rank" : "shared by the machine",
-                   data::sharedDatasetBytes(train.size(), train.imageSize(), train.name.size()));
+                   data::sharedDatasetBytes(train.size(), train.imageSize(), train.name.size()), viewers);
 
   xs::engine::Device device(xs::device_options(xs::engine::parsePrecision(flags.get("precision", "fp32"))));
   FeatureMean* features = nullptr;  // owned by the model

@@ -78,6 +78,7 @@ echo "resumed: $resumed; uninterrupted: $straight"
 test "$resumed" = "$straight"
 "$work/examples/custom_network" --nprocs 2 --epochs 1 > "$work/one_epoch.txt"
 grep "training set: 2048 images, 1572864 bytes of pixels shared by the machine" "$work/one_epoch.txt"
+grep "read through a read-only mapping on 1 ranks" "$work/one_epoch.txt"  # rank 1's xs::shared_view
 
 step "the custom network in bf16: its own layers carry the tensors' bf16 flags, the run ends in one set of weights"
 "$work/examples/custom_network" --nprocs 2 --epochs 1 --precision bf16 | grep "weights hash"
