@@ -1,6 +1,6 @@
 // bench.cpp: `xspawn bench`: benchmarks users run on their machine. `barrier` times the
 // checked barrier with each wait policy (spin-then-futex, spin only, futex only); `engine`
-// runs the engine benchmark program.
+// runs the engine benchmark program; `switch` is bench_switch.cpp's.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_collectives.hpp"
+#include "bench_switch.hpp"
 #include "command_args.hpp"
 #include "commands.hpp"
 #include "xspawn/xspawn.hpp"
@@ -175,6 +176,7 @@ int benchCommand(const Invocation& inv) {
       "OP: allreduce, broadcast, allgather, reducescatter\n"
       "              collectives over shared memory beside Open MPI and Gloo\n"
       "    barrier   latency of the checked barrier, per wait policy\n"
+      "    switch    what handing a core from rank to rank costs here, as processes and as threads\n"
       "    engine    one emulated core's training step against PyTorch (--all: every model, fp32 and bf16, % of peak;\n"
       "              --rounds N: medians of N rounds of the whole table)\n";
   if (inv.args.empty() || inv.args[0] == "--help" || inv.args[0] == "-h") {
@@ -186,6 +188,7 @@ int benchCommand(const Invocation& inv) {
   std::vector<std::string> rest(inv.args.begin() + 1, inv.args.end());
   if (op == "barrier") return benchBarrier(inv, rest);
   if (op == "engine") return benchEngine(rest);
+  if (op == "switch") return benchSwitch(rest);
   if (op == "allreduce" || op == "broadcast" || op == "allgather" || op == "reducescatter") {
     return benchCollective(inv, op, rest);
   }

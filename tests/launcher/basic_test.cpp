@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -286,6 +287,35 @@ TEST_F(LauncherTest, BenchRefusesASingleCopyMechanismOpenMpiDoesNotKnow) {
       << job.run.err;
   EXPECT_TRUE(job.run.out.empty()) << "no sweep before the error: " << job.run.out;
   expectClean(job);
+}
+
+// `bench switch` times the hand-over of one core among workers as processes and as threads: a
+// row for every touch size and worker count, its workers gone when it returns; a count it cannot
+// run is refused before any row, with what it takes.
+TEST_F(LauncherTest, BenchSwitchTimesProcessesAndThreadsAndRefusesABadCount) {
+  Job job = runJob({}, {"bench", "switch", "--workers", "2,3", "--touch-kb", "0,64", "--turns", "50", "--repeats", "1"});
+  ASSERT_EQ(job.run.exitCode, 0) << job.run.out << job.run.err;
+  EXPECT_EQ(linesWith(job.run.out, "take turns (futex), 50 turns each, median of 1").size(), 1u) << job.run.out;
+  int rows = 0;
+  for (const std::string& line : linesWith(job.run.out, "x")) {
+    int kb = 0, workers = 0;
+    double procs = 0, threads = 0, ratio = 0;
+    if (std::sscanf(line.c_str(), " %d %d %lf %lf %lfx", &kb, &workers, &procs, &threads, &ratio) != 5) continue;
+    ++rows;
+    EXPECT_TRUE((kb == 0 || kb == 64) && (workers == 2 || workers == 3)) << line;
+    EXPECT_GT(procs, 0.0) << line;
+    EXPECT_GT(threads, 0.0) << line;
+  }
+  EXPECT_EQ(rows, 4) << job.run.out;
+  expectClean(job);
+
+  Job bad = runJob({}, {"bench", "switch", "--workers", "2,1"});
+  EXPECT_EQ(bad.run.exitCode, 2) << bad.run.out << bad.run.err;
+  EXPECT_EQ(linesWith(bad.run.err, "bench switch: --workers takes numbers from 2 to 64, comma-separated (got '1')")
+                .size(),
+            1u)
+      << bad.run.err;
+  EXPECT_TRUE(bad.run.out.empty()) << bad.run.out;
 }
 
 // In place in the shared heap, the warm-up goes round every rotated buffer (64 at 64 KiB) before
