@@ -110,7 +110,7 @@ std::string launcherHelp() {
          "  hello              each process prints the core it uses, they meet at rendezvous 'init'\n"
          "  run -- PROGRAM ... run any program as the N workers (XSPAWN_RANK, XSPAWN_WORLD_SIZE, ...)\n"
          "  train              data-parallel training (see 'xspawn train --help')\n"
-         "  bench OP           benchmarks: barrier (see 'xspawn bench --help')\n"
+         "  bench OP           benchmarks: barrier, switch, engine, allreduce... (see 'xspawn bench --help')\n"
          "  clean              remove shared memory left by jobs whose launcher was killed\n"
          "  top [JOB]          live view of this user's running jobs (--once, --json)\n"
          "  report PATH        where a job's time went, from its --log-dir or --trace file\n"
