@@ -22,11 +22,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "command_args.hpp"
 #include "cpus.hpp"
@@ -173,10 +175,12 @@ int benchSwitch(const std::vector<std::string>& args) {
     ("touch-kb", po::value<std::string>()->default_value("0,1024"),
      "KiB of its own memory each worker reads and writes a turn, comma-separated")
     ("turns", po::value<int>()->default_value(2000), "timed turns of each worker")
-    ("repeats", po::value<int>()->default_value(3), "timed repeats (the median is reported)");
+    ("repeats", po::value<int>()->default_value(3), "timed repeats (the median is reported)")
+    ("json", po::value<std::string>(), "also write the rows as JSON to FILE");
   po::variables_map vm;
   if (!parseCommandArgs("bench switch",
-                        "usage: xspawn bench switch [--workers LIST] [--touch-kb LIST] [--turns N] [--repeats R]\n\n"
+                        "usage: xspawn bench switch [--workers LIST] [--touch-kb LIST] [--turns N] [--repeats R]\n"
+                        "                           [--json FILE]\n\n"
                         "What handing one core from worker to worker costs on this machine: workers pinned\n"
                         "to one core take turns, each woken by the one before (a futex), as ranks that\n"
                         "share a core take turns at a barrier. As processes (each its own page tables, as\n"
@@ -190,6 +194,14 @@ int benchSwitch(const std::vector<std::string>& args) {
   if (turns < 1) XS_THROW(UsageError, "bench switch: --turns must be at least 1");
   if (repeats < 1 || repeats > 64) XS_THROW(UsageError, "bench switch: --repeats must be from 1 to 64");
 
+  // Opened before the runs: a path it cannot write fails at once, not after them.
+  std::ofstream json;
+  if (vm.count("json")) {
+    json.open(vm["json"].as<std::string>());
+    if (!json)
+      XS_THROW(UsageError, fmt::format("bench switch: cannot write --json {}: give a path in a writable directory",
+                                       vm["json"].as<std::string>()));
+  }
   void* shared = ::mmap(nullptr, sizeof(Board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) XS_THROW(SystemError, "bench switch: mmap of the turn words failed");
   Board* board = new (shared) Board();
@@ -198,6 +210,8 @@ int benchSwitch(const std::vector<std::string>& args) {
               cpu, turns, repeats);
   std::printf("# %8s %8s %16s %14s %18s\n", "touch KiB", "workers", "processes (us)", "threads (us)",
               "processes/threads");
+  nlohmann::json doc{{"bench", "switch"}, {"cpu", cpu}, {"turns", turns}, {"repeats", repeats},
+                     {"rows", nlohmann::json::array()}};
   try {
     for (long kb : touches) {
       // Allocated here, before any fork: a forked worker writes its own copy of its buffer.
@@ -213,6 +227,7 @@ int benchSwitch(const std::vector<std::string>& args) {
         }
         const double p = median(procs), t = median(threads);
         std::printf("  %8ld %8ld %16.2f %14.2f %17.2fx\n", kb, n, p, t, p / t);
+        doc["rows"].push_back({{"touch_kb", kb}, {"workers", n}, {"processes_us", p}, {"threads_us", t}});
         std::fflush(stdout);
       }
     }
@@ -221,6 +236,11 @@ int benchSwitch(const std::vector<std::string>& args) {
     throw;
   }
   ::munmap(shared, sizeof(Board));
+  if (json.is_open()) {
+    json << doc.dump(2) << "\n";
+    if (!json.flush())
+      XS_THROW(SystemError, fmt::format("bench switch: writing {} failed", vm["json"].as<std::string>()));
+  }
   return 0;
 }
 

@@ -24,7 +24,7 @@ for n in 2 4 8; do
 done
 
 # What a hand-over of one core between ranks costs here, as processes and as threads.
-run "$x" bench switch --workers 2,4,8 --touch-kb 0,1024 --repeats 5
+run "$x" bench switch --workers 2,4,8 --touch-kb 0,256,1024 --repeats 5 --json "$out/switch.json"
 
 # Launch to every rank past 'init': xspawn hello against mpirun of a trivial MPI program.
 run bash "$(dirname "$0")/bench_launch.sh" 8 11 "$build"

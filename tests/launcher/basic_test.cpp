@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "job_fixture.hpp"
 #include "xspawn/spawn.hpp"
@@ -290,11 +291,22 @@ TEST_F(LauncherTest, BenchRefusesASingleCopyMechanismOpenMpiDoesNotKnow) {
 }
 
 // `bench switch` times the hand-over of one core among workers as processes and as threads: a
-// row for every touch size and worker count, its workers gone when it returns; a count it cannot
-// run is refused before any row, with what it takes.
+// row for every touch size and worker count (printed and in --json), its workers gone when it
+// returns; a count it cannot run and a JSON path it cannot write are refused before any row,
+// with what to give instead.
 TEST_F(LauncherTest, BenchSwitchTimesProcessesAndThreadsAndRefusesABadCount) {
-  Job job = runJob({}, {"bench", "switch", "--workers", "2,3", "--touch-kb", "0,64", "--turns", "50", "--repeats", "1"});
+  TempDir dir("bench-switch");
+  const std::string json = dir.path + "/switch.json";
+  Job job = runJob({}, {"bench", "switch", "--workers", "2,3", "--touch-kb", "0,64", "--turns", "50", "--repeats", "1",
+                        "--json", json});
   ASSERT_EQ(job.run.exitCode, 0) << job.run.out << job.run.err;
+  const nlohmann::json doc = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(doc["bench"], "switch");
+  ASSERT_EQ(doc["rows"].size(), 4u) << doc.dump();
+  for (const auto& row : doc["rows"]) {
+    EXPECT_GT(row["processes_us"].get<double>(), 0.0) << row.dump();
+    EXPECT_GT(row["threads_us"].get<double>(), 0.0) << row.dump();
+  }
   EXPECT_EQ(linesWith(job.run.out, "take turns (futex), 50 turns each, median of 1").size(), 1u) << job.run.out;
   int rows = 0;
   for (const std::string& line : linesWith(job.run.out, "x")) {
@@ -316,6 +328,11 @@ TEST_F(LauncherTest, BenchSwitchTimesProcessesAndThreadsAndRefusesABadCount) {
             1u)
       << bad.run.err;
   EXPECT_TRUE(bad.run.out.empty()) << bad.run.out;
+
+  Job unwritable = runJob({}, {"bench", "switch", "--json", dir.path + "/no/such/dir/switch.json"});
+  EXPECT_EQ(unwritable.run.exitCode, 2) << unwritable.run.out << unwritable.run.err;
+  EXPECT_EQ(linesWith(unwritable.run.err, "give a path in a writable directory").size(), 1u) << unwritable.run.err;
+  EXPECT_TRUE(unwritable.run.out.empty()) << unwritable.run.out;
 }
 
 // In place in the shared heap, the warm-up goes round every rotated buffer (64 at 64 KiB) before
