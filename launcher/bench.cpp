@@ -79,6 +79,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
   std::vector<WaitPolicy> policies;
   std::stringstream list(vm["waits"].as<std::string>());
   for (std::string item; std::getline(list, item, ',');) policies.push_back(parsePolicy(item));
+  std::ofstream json = openJsonOption("bench barrier", vm);
 
   void* mem = ::mmap(nullptr, sizeof(BarrierResults), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -135,7 +136,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
     std::printf("  %-8s %12.2f %12.2f %12.2f %11.2fx\n", r.name.c_str(), r.median, r.min, r.max,
                 rows[0].median > 0 ? r.median / rows[0].median : 0.0);
   }
-  if (vm.count("json")) {
+  if (json.is_open()) {
     nlohmann::json doc;
     doc["bench"] = "barrier";
     doc["nprocs"] = world;
@@ -147,7 +148,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
       doc["rows"].push_back({{"wait", r.name}, {"median_us", r.median}, {"min_us", r.min},
                              {"max_us", r.max}, {"exit_code", r.exitCode}});
     }
-    std::ofstream(vm["json"].as<std::string>()) << doc.dump(2) << "\n";
+    writeJsonOption(json, doc, "bench barrier");
   }
   return status;
 }

@@ -194,14 +194,7 @@ int benchSwitch(const std::vector<std::string>& args) {
   if (turns < 1) XS_THROW(UsageError, "bench switch: --turns must be at least 1");
   if (repeats < 1 || repeats > 64) XS_THROW(UsageError, "bench switch: --repeats must be from 1 to 64");
 
-  // Opened before the runs: a path it cannot write fails at once, not after them.
-  std::ofstream json;
-  if (vm.count("json")) {
-    json.open(vm["json"].as<std::string>());
-    if (!json)
-      XS_THROW(UsageError, fmt::format("bench switch: cannot write --json {}: give a path in a writable directory",
-                                       vm["json"].as<std::string>()));
-  }
+  std::ofstream json = openJsonOption("bench switch", vm);
   void* shared = ::mmap(nullptr, sizeof(Board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) XS_THROW(SystemError, "bench switch: mmap of the turn words failed");
   Board* board = new (shared) Board();
@@ -236,11 +229,7 @@ int benchSwitch(const std::vector<std::string>& args) {
     throw;
   }
   ::munmap(shared, sizeof(Board));
-  if (json.is_open()) {
-    json << doc.dump(2) << "\n";
-    if (!json.flush())
-      XS_THROW(SystemError, fmt::format("bench switch: writing {} failed", vm["json"].as<std::string>()));
-  }
+  writeJsonOption(json, doc, "bench switch");
   return 0;
 }
 

@@ -1,14 +1,16 @@
 // command_args.hpp: parsing of one command's own options with Boost.Program_options, with
-// `--help` and one-line errors.
+// `--help` and one-line errors; a benchmark's `--json FILE`, checked before it runs.
 #pragma once
 
 #include <boost/program_options.hpp>
 
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "xspawn/error.hpp"
 
@@ -36,6 +38,25 @@ inline bool parseCommandArgs(const std::string& command, const std::string& usag
     return false;
   }
   return true;
+}
+
+// A benchmark's `--json FILE`, opened before the benchmark runs: a path it cannot write is a
+// UsageError at once, not rows measured for minutes and then lost. Not open without --json.
+inline std::ofstream openJsonOption(const std::string& command, const boost::program_options::variables_map& vm) {
+  std::ofstream out;
+  if (!vm.count("json")) return out;
+  const std::string& path = vm["json"].as<std::string>();
+  out.open(path);
+  if (!out)
+    XS_THROW(UsageError, fmt::format("{}: cannot write --json {}: give a path in a writable directory", command, path));
+  return out;
+}
+
+// Writes the rows into the stream openJsonOption opened (nothing when it is not open).
+inline void writeJsonOption(std::ofstream& out, const nlohmann::json& doc, const std::string& command) {
+  if (!out.is_open()) return;
+  out << doc.dump(2) << "\n";
+  if (!out.flush()) XS_THROW(SystemError, fmt::format("{}: writing the --json file failed", command));
 }
 
 }  // namespace xs::cli

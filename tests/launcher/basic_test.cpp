@@ -292,8 +292,7 @@ TEST_F(LauncherTest, BenchRefusesASingleCopyMechanismOpenMpiDoesNotKnow) {
 
 // `bench switch` times the hand-over of one core among workers as processes and as threads: a
 // row for every touch size and worker count (printed and in --json), its workers gone when it
-// returns; a count it cannot run and a JSON path it cannot write are refused before any row,
-// with what to give instead.
+// returns; a count it cannot run is refused before any row, with what it takes.
 TEST_F(LauncherTest, BenchSwitchTimesProcessesAndThreadsAndRefusesABadCount) {
   TempDir dir("bench-switch");
   const std::string json = dir.path + "/switch.json";
@@ -328,11 +327,28 @@ TEST_F(LauncherTest, BenchSwitchTimesProcessesAndThreadsAndRefusesABadCount) {
             1u)
       << bad.run.err;
   EXPECT_TRUE(bad.run.out.empty()) << bad.run.out;
+}
 
-  Job unwritable = runJob({}, {"bench", "switch", "--json", dir.path + "/no/such/dir/switch.json"});
-  EXPECT_EQ(unwritable.run.exitCode, 2) << unwritable.run.out << unwritable.run.err;
-  EXPECT_EQ(linesWith(unwritable.run.err, "give a path in a writable directory").size(), 1u) << unwritable.run.err;
-  EXPECT_TRUE(unwritable.run.out.empty()) << unwritable.run.out;
+// A benchmark's --json path it cannot write is refused before it measures anything (it used to
+// run every row and then write nothing, exit 0).
+TEST_F(LauncherTest, BenchJsonToAPathItCannotWriteIsRefusedBeforeMeasuring) {
+  TempDir dir("bench-json");
+  const std::string path = dir.path + "/no/such/dir/rows.json";
+  const std::vector<std::vector<std::string>> commands = {
+      {"bench", "barrier", "--iters", "10", "--repeats", "1", "--json", path},
+      {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "4K", "--peers", "none", "--json", path},
+      {"bench", "switch", "--turns", "10", "--json", path}};
+  for (const auto& command : commands) {
+    Job job = runJob({"--nprocs", "2"}, command);
+    EXPECT_EQ(job.run.exitCode, 2) << command[1] << ": " << job.run.out << job.run.err;
+    EXPECT_EQ(linesWith(job.run.err, fmt::format("bench {}: cannot write --json {}: give a path in a writable "
+                                                 "directory", command[1], path))
+                  .size(),
+              1u)
+        << job.run.err;
+    EXPECT_TRUE(job.run.out.empty()) << command[1] << ": " << job.run.out;
+    expectClean(job);
+  }
 }
 
 // In place in the shared heap, the warm-up goes round every rotated buffer (64 at 64 KiB) before
