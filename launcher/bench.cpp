@@ -79,7 +79,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
   std::vector<WaitPolicy> policies;
   std::stringstream list(vm["waits"].as<std::string>());
   for (std::string item; std::getline(list, item, ',');) policies.push_back(parsePolicy(item));
-  std::ofstream json = openJsonOption("bench barrier", vm);
+  JsonOption json("bench barrier", vm);
 
   void* mem = ::mmap(nullptr, sizeof(BarrierResults), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -136,7 +136,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
     std::printf("  %-8s %12.2f %12.2f %12.2f %11.2fx\n", r.name.c_str(), r.median, r.min, r.max,
                 rows[0].median > 0 ? r.median / rows[0].median : 0.0);
   }
-  if (json.is_open()) {
+  if (json.wanted()) {
     nlohmann::json doc;
     doc["bench"] = "barrier";
     doc["nprocs"] = world;
@@ -148,7 +148,7 @@ int benchBarrier(const Invocation& inv, const std::vector<std::string>& args) {
       doc["rows"].push_back({{"wait", r.name}, {"median_us", r.median}, {"min_us", r.min},
                              {"max_us", r.max}, {"exit_code", r.exitCode}});
     }
-    writeJsonOption(json, doc, "bench barrier");
+    json.write(doc);
   }
   return status;
 }

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -194,7 +193,7 @@ int benchSwitch(const std::vector<std::string>& args) {
   if (turns < 1) XS_THROW(UsageError, "bench switch: --turns must be at least 1");
   if (repeats < 1 || repeats > 64) XS_THROW(UsageError, "bench switch: --repeats must be from 1 to 64");
 
-  std::ofstream json = openJsonOption("bench switch", vm);
+  JsonOption json("bench switch", vm);
   void* shared = ::mmap(nullptr, sizeof(Board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) XS_THROW(SystemError, "bench switch: mmap of the turn words failed");
   Board* board = new (shared) Board();
@@ -229,7 +228,7 @@ int benchSwitch(const std::vector<std::string>& args) {
     throw;
   }
   ::munmap(shared, sizeof(Board));
-  writeJsonOption(json, doc, "bench switch");
+  json.write(doc);
   return 0;
 }
 

@@ -4,6 +4,8 @@
 
 #include <boost/program_options.hpp>
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -40,23 +42,39 @@ inline bool parseCommandArgs(const std::string& command, const std::string& usag
   return true;
 }
 
-// A benchmark's `--json FILE`, opened before the benchmark runs: a path it cannot write is a
-// UsageError at once, not rows measured for minutes and then lost. Not open without --json.
-inline std::ofstream openJsonOption(const std::string& command, const boost::program_options::variables_map& vm) {
-  std::ofstream out;
-  if (!vm.count("json")) return out;
-  const std::string& path = vm["json"].as<std::string>();
-  out.open(path);
-  if (!out)
-    XS_THROW(UsageError, fmt::format("{}: cannot write --json {}: give a path in a writable directory", command, path));
-  return out;
-}
+// A benchmark's `--json FILE`, tried before the benchmark runs: a path it cannot write is a
+// UsageError at once, not rows measured for minutes and then lost. The try appends nothing to a
+// file that exists (its rows stay until write() replaces them); a file it had to create is
+// removed again if the benchmark ends without writing (a failed job, an exception).
+class JsonOption {
+ public:
+  JsonOption(const std::string& command, const boost::program_options::variables_map& vm) : command_(command) {
+    if (!vm.count("json")) return;
+    path_ = vm["json"].as<std::string>();
+    created_ = !std::filesystem::exists(path_);
+    if (!std::ofstream(path_, std::ios::app))
+      XS_THROW(UsageError,
+               fmt::format("{}: cannot write --json {}: give a path in a writable directory", command_, path_));
+  }
+  ~JsonOption() {
+    if (!path_.empty() && created_ && !written_) std::remove(path_.c_str());
+  }
+  JsonOption(const JsonOption&) = delete;
+  JsonOption& operator=(const JsonOption&) = delete;
 
-// Writes the rows into the stream openJsonOption opened (nothing when it is not open).
-inline void writeJsonOption(std::ofstream& out, const nlohmann::json& doc, const std::string& command) {
-  if (!out.is_open()) return;
-  out << doc.dump(2) << "\n";
-  if (!out.flush()) XS_THROW(SystemError, fmt::format("{}: writing the --json file failed", command));
-}
+  bool wanted() const { return !path_.empty(); }
+  // Replaces the file's text with the rows (nothing without --json).
+  void write(const nlohmann::json& doc) {
+    if (!wanted()) return;
+    std::ofstream out(path_, std::ios::trunc);
+    out << doc.dump(2) << "\n";
+    if (!out.flush()) XS_THROW(SystemError, fmt::format("{}: writing --json {} failed", command_, path_));
+    written_ = true;
+  }
+
+ private:
+  std::string command_, path_;
+  bool created_ = false, written_ = false;
+};
 
 }  // namespace xs::cli

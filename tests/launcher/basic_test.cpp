@@ -330,7 +330,8 @@ TEST_F(LauncherTest, BenchSwitchTimesProcessesAndThreadsAndRefusesABadCount) {
 }
 
 // A benchmark's --json path it cannot write is refused before it measures anything (it used to
-// run every row and then write nothing, exit 0).
+// run every row and then write nothing, exit 0). A run that fails leaves no file it created and
+// keeps the rows of one that was there.
 TEST_F(LauncherTest, BenchJsonToAPathItCannotWriteIsRefusedBeforeMeasuring) {
   TempDir dir("bench-json");
   const std::string path = dir.path + "/no/such/dir/rows.json";
@@ -349,6 +350,17 @@ TEST_F(LauncherTest, BenchJsonToAPathItCannotWriteIsRefusedBeforeMeasuring) {
     EXPECT_TRUE(job.run.out.empty()) << command[1] << ": " << job.run.out;
     expectClean(job);
   }
+  const std::string fresh = dir.path + "/fresh.json", kept = dir.path + "/kept.json";
+  std::ofstream(kept) << "earlier rows\n";
+  for (const std::string& path : {fresh, kept}) {
+    Job failed = runJob({"--nprocs", "2", "--inject-fault", "rank=1,kind=crash,collective=3"},
+                        {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "4K", "--peers", "none", "--json", path});
+    EXPECT_EQ(failed.run.exitCode, 137) << failed.run.out << failed.run.err;
+    expectClean(failed);
+  }
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  std::ifstream earlier(kept);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(earlier), {}), "earlier rows\n");
 }
 
 // In place in the shared heap, the warm-up goes round every rotated buffer (64 at 64 KiB) before
