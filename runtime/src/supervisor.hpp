@@ -145,8 +145,9 @@ class Supervisor {
   bool finalSampled_ = false, traceAdded_ = false;
   std::unique_ptr<TraceWriter> trace_;  // --trace
   struct SchedTimes {
-    double cpu = -1, runqueue = -1;          // last sample (seconds)
-    double cpuBase = -1, runqueueBase = -1;  // when the rank's window began
+    // Last sample: seconds on a CPU and runnable without one, times given a CPU, optimizer steps.
+    double cpu = -1, runqueue = -1, turns = -1, steps = 0;
+    double cpuBase = -1, runqueueBase = -1, turnsBase = -1, stepsBase = 0;  // when the rank's window began
   };
   std::vector<SchedTimes> sched_;
   std::vector<std::pair<double, std::uint64_t>> samplesSeen_;  // (elapsed, samples of all ranks)

@@ -26,15 +26,17 @@
 namespace xs::detail {
 namespace {
 
-// /proc/<pid>/schedstat of the process's main thread: seconds on a CPU, and runnable but
-// waiting for one. False when the process is gone.
-bool readSchedstat(pid_t pid, double& cpu, double& runqueue) {
+// /proc/<pid>/schedstat of the process's main thread: seconds on a CPU, runnable but waiting
+// for one, and the times the scheduler gave it a CPU. False when the process is gone.
+bool readSchedstat(pid_t pid, double& cpu, double& runqueue, double& turns) {
   std::FILE* f = std::fopen(fmt::format("/proc/{}/schedstat", pid).c_str(), "r");
   if (!f) return false;
-  unsigned long long run = 0, wait = 0;
-  const bool ok = std::fscanf(f, "%llu %llu", &run, &wait) == 2;
+  unsigned long long run = 0, wait = 0, slices = 0;
+  const bool ok = std::fscanf(f, "%llu %llu %llu", &run, &wait, &slices) == 3;
   std::fclose(f);
-  if (ok) cpu = static_cast<double>(run) * 1e-9, runqueue = static_cast<double>(wait) * 1e-9;
+  if (ok)
+    cpu = static_cast<double>(run) * 1e-9, runqueue = static_cast<double>(wait) * 1e-9,
+    turns = static_cast<double>(slices);
   return ok;
 }
 
@@ -70,9 +72,11 @@ void Supervisor::observeSample() {
     samples += t.samples.load(std::memory_order_relaxed);
     const Worker& w = workers_[r];
     SchedTimes& s = sched_[static_cast<std::size_t>(r)];
-    if (w.reaped || w.pid <= 0 || !readSchedstat(w.pid, s.cpu, s.runqueue)) continue;
+    if (w.reaped || w.pid <= 0 || !readSchedstat(w.pid, s.cpu, s.runqueue, s.turns)) continue;
+    s.steps = static_cast<double>(t.steps.load(std::memory_order_relaxed));  // turns a step: the same interval
     // The report's window starts at the rank's first accounted span: so do its scheduler times.
-    if (s.cpuBase < 0 && t.windowStartNs.load(std::memory_order_relaxed) != 0) s.cpuBase = s.cpu, s.runqueueBase = s.runqueue;
+    if (s.cpuBase < 0 && t.windowStartNs.load(std::memory_order_relaxed) != 0)
+      s.cpuBase = s.cpu, s.runqueueBase = s.runqueue, s.turnsBase = s.turns, s.stepsBase = s.steps;
   }
   samplesSeen_.emplace_back(elapsed(), samples);
 }
@@ -97,6 +101,7 @@ UtilisationReport Supervisor::attemptUtilisation() {
     RankFigures f = readFigures(segment_->slot(r).telemetry, globalRank(r), workers_[r].pid);
     const SchedTimes& s = sched_[static_cast<std::size_t>(r)];
     if (s.cpuBase >= 0) f.cpuSeconds = s.cpu - s.cpuBase, f.runqueueSeconds = s.runqueue - s.runqueueBase;
+    if (s.cpuBase >= 0 && s.steps > s.stepsBase) f.cpuTurnsPerStep = (s.turns - s.turnsBase) / (s.steps - s.stepsBase);
     figures.push_back(f);
   }
   return buildUtilisation(figures, static_cast<int>(segment_->header().usableCpus), throughputSeries(samplesSeen_),

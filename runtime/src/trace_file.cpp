@@ -137,7 +137,8 @@ nlohmann::json ranksJson(const UtilisationReport& report) {
                      {"device_peak_bytes", u.devicePeakBytes},
                      {"device_capacity_bytes", u.deviceCapacityBytes},
                      {"cpu_seconds", u.cpuSeconds < 0 ? json(nullptr) : json(u.cpuSeconds)},
-                     {"runqueue_seconds", u.runqueueSeconds < 0 ? json(nullptr) : json(u.runqueueSeconds)}});
+                     {"runqueue_seconds", u.runqueueSeconds < 0 ? json(nullptr) : json(u.runqueueSeconds)},
+                     {"cpu_turns_per_step", u.cpuTurnsPerStep < 0 ? json(nullptr) : json(u.cpuTurnsPerStep)}});
   }
   return ranks;
 }

@@ -91,6 +91,8 @@ UtilisationReport utilisationFromTrace(const std::string& path) {
     s.figures.deviceCapacity = r.value("device_capacity_bytes", std::uint64_t{0});
     if (r.contains("cpu_seconds") && r["cpu_seconds"].is_number()) s.figures.cpuSeconds = r["cpu_seconds"];
     if (r.contains("runqueue_seconds") && r["runqueue_seconds"].is_number()) s.figures.runqueueSeconds = r["runqueue_seconds"];
+    if (r.contains("cpu_turns_per_step") && r["cpu_turns_per_step"].is_number())
+      s.figures.cpuTurnsPerStep = r["cpu_turns_per_step"];
   }
   std::set<int> listed;
   for (const auto& [pid, r] : byPid) listed.insert(r.figures.rank);

@@ -54,6 +54,7 @@ RankUtilisation rankUtilisation(const RankFigures& f) {
   u.other = std::max(0.0, u.windowSeconds - u.compute() - u.data - u.collectives() - u.injected);
   u.cpuSeconds = f.cpuSeconds;
   u.runqueueSeconds = f.runqueueSeconds;
+  u.cpuTurnsPerStep = f.cpuTurnsPerStep;
   u.steps = static_cast<std::int64_t>(f.steps);
   u.samples = static_cast<std::int64_t>(f.samples);
   u.stepMin = seconds(f.stepMinNs);
@@ -176,8 +177,8 @@ UtilisationReport buildUtilisation(const std::vector<RankFigures>& figures, int 
   r.cores = cores;
   r.worldSize = static_cast<int>(figures.size());
   r.source = std::move(source);
-  double window = 0, wait = 0, move = 0, rdv = 0, runq = 0;
-  bool runqKnown = true;
+  double window = 0, wait = 0, move = 0, rdv = 0, runq = 0, turns = 0;
+  bool runqKnown = true, turnsKnown = true;
   for (const RankFigures& f : figures) {
     r.ranks.push_back(rankUtilisation(f));
     const RankUtilisation& u = r.ranks.back();
@@ -185,7 +186,10 @@ UtilisationReport buildUtilisation(const std::vector<RankFigures>& figures, int 
     window += u.windowSeconds, wait += u.collectiveWait, move += u.collectiveMove, rdv += u.rendezvous;
     runqKnown = runqKnown && u.runqueueSeconds >= 0;
     runq += std::max(0.0, u.runqueueSeconds);
+    turnsKnown = turnsKnown && u.cpuTurnsPerStep >= 0;
+    turns += std::max(0.0, u.cpuTurnsPerStep);
   }
+  if (turnsKnown && !figures.empty()) r.cpuTurnsPerStep = turns / static_cast<double>(figures.size());
   if (window > 0) {
     r.waitShare = 100 * wait / window, r.moveShare = 100 * move / window, r.rendezvousShare = 100 * rdv / window;
     r.collectiveShare = r.waitShare + r.moveShare + r.rendezvousShare;
@@ -224,6 +228,7 @@ std::string UtilisationReport::text() const {
   std::string slicing;
   if (runqueueShare >= 0) {
     slicing = fmt::format("; the ranks were runnable but without a CPU {:.1f}% of the time", runqueueShare);
+    if (cpuTurnsPerStep >= 0) slicing += fmt::format(" and were given one {:.1f} times a step", cpuTurnsPerStep);
     if (worldSize > cores)
       slicing += fmt::format(" ({} ranks on {} CPUs: a rank arrives last because it waited for a core, so the wait "
                              "is time-slicing, not the collective; moving bytes is the collective itself)",
@@ -259,6 +264,7 @@ std::string UtilisationReport::json() const {
          {"samples", u.samples}, {"seconds", seconds}, {"shares", shares},
          {"cpu_seconds", u.cpuSeconds < 0 ? json(nullptr) : json(u.cpuSeconds)},
          {"runqueue_seconds", u.runqueueSeconds < 0 ? json(nullptr) : json(u.runqueueSeconds)},
+         {"cpu_turns_per_step", u.cpuTurnsPerStep < 0 ? json(nullptr) : json(u.cpuTurnsPerStep)},
          {"step_ms", {{"min", 1e3 * u.stepMin}, {"median", 1e3 * u.stepMedian}, {"p99", 1e3 * u.stepP99}, {"max", 1e3 * u.stepMax}}},
          {"device_memory", {{"peak_bytes", u.devicePeakBytes}, {"capacity_bytes", u.deviceCapacityBytes}}}});
   }
@@ -271,7 +277,8 @@ std::string UtilisationReport::json() const {
                         {"waiting_for_last_rank", waitShare},
                         {"moving_bytes", moveShare},
                         {"rendezvous", rendezvousShare},
-                        {"runqueue", runqueueShare < 0 ? json(nullptr) : json(runqueueShare)}};
+                        {"runqueue", runqueueShare < 0 ? json(nullptr) : json(runqueueShare)},
+                        {"cpu_turns_per_step", cpuTurnsPerStep < 0 ? json(nullptr) : json(cpuTurnsPerStep)}};
   doc["throughput"] = json::array();
   for (const auto& [t, v] : throughput) doc["throughput"].push_back({t, v});
   doc["text"] = text();

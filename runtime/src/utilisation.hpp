@@ -27,6 +27,7 @@ struct RankFigures {
   std::array<std::uint32_t, kStepBuckets> stepHistogram{};
   std::uint64_t devicePeak = 0, deviceCapacity = 0;
   double cpuSeconds = -1, runqueueSeconds = -1;
+  double cpuTurnsPerStep = -1;  // times given a CPU per step, between two scheduler samples
 
   // Counts one step time (a trace's steps; the telemetry counts its own).
   void addStep(std::uint64_t ns);

@@ -1,6 +1,6 @@
 // observability_test.cpp: what a user sees of a job's time, through real jobs: the --trace file's
 // structure (valid JSON, every rank's track, spans nested and ordered, collectives' bytes), the
-// utilisation report naming a rank slowed by an injected delay, `xspawn report` from a trace and
+// times each rank was given a CPU a step, the utilisation report naming a rank slowed by an injected delay, `xspawn report` from a trace and
 // from a --log-dir agreeing, `xspawn top --once --json` on a running job, and bad input.
 #include <unistd.h>
 
@@ -112,7 +112,29 @@ TEST(Observability, TraceHasEveryRankWithNestedSpansAndTheBytesOfEachCollective)
     EXPECT_EQ(t["ranks"][rank]["steps"], l["ranks"][rank]["steps"]);
     EXPECT_NEAR(t["ranks"][rank]["shares"]["compute"].get<double>(), l["ranks"][rank]["shares"]["compute"].get<double>(), 1.0);
     EXPECT_NEAR(t["ranks"][rank]["window_seconds"].get<double>(), l["ranks"][rank]["window_seconds"].get<double>(), 0.01);
+    // The times each rank was given a CPU a step (null in a job too short for a scheduler sample).
+    EXPECT_EQ(t["ranks"][rank]["cpu_turns_per_step"], l["ranks"][rank]["cpu_turns_per_step"]);
   }
+  fs::remove_all(dir);
+}
+
+// More ranks than cores: the report counts the times each rank was given a CPU a step, from
+// the kernel's schedstat (what each of those switches costs: `xspawn bench switch`).
+TEST(Observability, ReportCountsTheTimesEachRankWasGivenACpuAStep) {
+  const fs::path dir = freshDir("turns");
+  CommandResult r = runXspawn("--nprocs 4 --log-dir " + dir.string() +
+                              " train --model convnet --dataset synthetic --train-size 16000 --test-size 256 --epochs 1 "
+                              "--eval-every 0 --batch-size 16");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  const json u = readJson(dir / "report.json")["utilisation"];
+  ASSERT_EQ(u["ranks"].size(), 4u);
+  for (const json& rank : u["ranks"]) {
+    ASSERT_TRUE(rank["cpu_turns_per_step"].is_number()) << rank.dump();
+    EXPECT_GT(rank["cpu_turns_per_step"].get<double>(), 0.0) << rank.dump();
+    EXPECT_LT(rank["cpu_turns_per_step"].get<double>(), 100.0) << rank.dump();
+  }
+  EXPECT_GT(u["collectives"]["cpu_turns_per_step"].get<double>(), 0.0) << u["collectives"].dump();
+  EXPECT_NE(r.err.find(" times a step"), std::string::npos) << r.err;  // the console summary
   fs::remove_all(dir);
 }
 

@@ -71,6 +71,9 @@ struct RankUtilisation {
   // From the kernel's scheduler statistics: time on a CPU, and time runnable but waiting for one
   // (time-slicing when ranks outnumber cores); -1 when unknown.
   double cpuSeconds = -1, runqueueSeconds = -1;
+  // The times the scheduler gave the rank a CPU per optimizer step (each one a switch to it; what
+  // a switch costs on the machine: `xspawn bench switch`); -1 when unknown.
+  double cpuTurnsPerStep = -1;
   std::int64_t steps = 0;    // optimizer steps
   std::int64_t samples = 0;  // training samples through forward
   // Step times (end of one optimizer step, or of an evaluation or checkpoint, to the end of the
@@ -104,6 +107,8 @@ struct UtilisationReport {
   // Across the job, percent of all ranks' windows: collectives (waiting for the last rank,
   // moving bytes, rendezvous) and time runnable without a CPU (-1: unknown).
   double collectiveShare = 0, waitShare = 0, moveShare = 0, rendezvousShare = 0, runqueueShare = -1;
+  // The ranks' mean of RankUtilisation::cpuTurnsPerStep (-1: unknown).
+  double cpuTurnsPerStep = -1;
   // The job's images/s over time: (seconds since the job started, images/s).
   std::vector<std::pair<double, double>> throughput;
   std::string source;  // where the figures come from ("the ranks' counters", "trace t.json")
