@@ -6,6 +6,7 @@
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <vector>
@@ -446,10 +447,14 @@ int main(int argc, char** argv) {
     XS_CHECK(a.imageSize >= 0, UsageError, "--image-size must be 0 or positive");
     XS_CHECK(a.stepInBackward == 0 || a.stepInBackward == 1, UsageError,
              "--step-in-backward must be 0 or 1, got " + std::to_string(a.stepInBackward));
-    // Opened once before the runs (writeJson writes it after them): a path it cannot write fails
-    // now, not after minutes of measuring.
-    XS_CHECK(a.json.empty() || std::ofstream(a.json), UsageError,
-             "cannot write --json file '" + a.json + "': check the directory");
+    // Tried before the runs (writeJson writes it after them): a path it cannot write fails now,
+    // not after minutes of measuring. The try appends nothing and leaves no file it made.
+    if (!a.json.empty()) {
+      const bool existed = std::filesystem::exists(a.json);
+      XS_CHECK(std::ofstream(a.json, std::ios::app), UsageError,
+               "cannot write --json file '" + a.json + "': check the directory");
+      if (!existed) std::filesystem::remove(a.json);
+    }
     return a.all ? runAll(a) : run(a);
   } catch (const po::error& e) {
     std::fprintf(stderr, "xspawn-bench-engine: error: %s (try --help)\n", e.what());
