@@ -13,7 +13,6 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <memory>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -376,8 +375,8 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   SpawnOptions o = inv.spawn;
   // Under mpirun, each launcher is one machine of `machines`: the ranks are machines x N.
   const detail::MachinePlace place = detail::detectMachines();
-  // Machine 0 writes the rows (the others return after their part of the job).
-  const auto json = place.machine == 0 ? std::make_unique<JsonOption>("bench " + op, vm) : nullptr;
+  // Machine 0 writes the rows; the others, which return after their part of the job, take no --json.
+  JsonOption json("bench " + op, place.machine == 0 ? vm : po::variables_map{});
   const int cores = usableCores();  // read once: it parses /proc and the cgroup files
   const int local = o.nprocs == 0 ? cores : o.nprocs;
   const int world = local * place.machines;
@@ -523,7 +522,7 @@ int benchCollective(const Invocation& inv, const std::string& op, const std::vec
   std::printf("# Avg bus bandwidth    : %.3f GB/s\n", results->rows ? sumBus / results->rows : 0.0);
   if (!mpiNote.empty()) std::printf("# mpi: %s\n", mpiNote.c_str());
   if (!glooNote.empty()) std::printf("# gloo: %s\n", glooNote.c_str());
-  if (json) json->write(doc);
+  json.write(doc);
   ::munmap(mem, sizeof(Results));
   return wrong ? 1 : 0;
 }
