@@ -77,12 +77,14 @@ int main(int argc, char** argv) {
               xs::onlineCores());
   const xs::UtilisationReport& use = job.report.utilisation;
   for (const xs::RankUtilisation& r : use.ranks) {
-    std::printf("rank %d: %lld steps in %.2f s, compute %.0f%%, collectives %.0f%%, median step %.2f ms\n", r.rank,
+    std::printf("rank %d: %lld steps in %.2f s, compute %.0f%%, collectives %.0f%%, median step %.2f ms", r.rank,
                 static_cast<long long>(r.steps), r.windowSeconds, r.share(r.compute()), r.share(r.collectives()),
                 1e3 * r.stepMedian);
+    // From the kernel's scheduler statistics (-1 when the job was too short for a sample): with
+    // more ranks than cores, each time a rank gets a CPU is a switch (`xspawn bench switch`).
+    if (r.cpuTurnsPerStep >= 0) std::printf(", given a CPU %.1f times a step", r.cpuTurnsPerStep);
+    std::printf("\n");
   }
-  // From the kernel's scheduler statistics (-1 when the job was too short for a sample): with more
-  // ranks than cores, each time a rank gets a CPU is a switch (`xspawn bench switch` prices it).
   if (use.cpuTurnsPerStep >= 0) std::printf("each rank was given a CPU %.1f times a step\n", use.cpuTurnsPerStep);
   std::printf("straggler: %s\n", use.straggler.rank < 0 ? "none" : use.straggler.text.c_str());
   return 0;
