@@ -134,6 +134,8 @@ class Supervisor {
   void observeWorkerEnd(int rank);
   void observeAttempt(JobReport& report);
   void observeEnd(const JobReport& report);
+  // --log-dir's report.json; one that cannot be written is said and printed on stderr instead.
+  void saveReport(const JobReport& report);
   UtilisationReport attemptUtilisation();
   void traceAttempt(const UtilisationReport& u);  // the attempt's ranks and images/s into the trace, once
   void traceBeforeLeaving();        // a job spanning machines that ended cleanly here

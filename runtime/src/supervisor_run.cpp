@@ -3,13 +3,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "context.hpp"
 #include "control.hpp"
+#include "file_replace.hpp"
 #include "supervisor.hpp"
 #include "telemetry.hpp"
 #include "xspawn/error.hpp"
@@ -224,6 +225,21 @@ bool Supervisor::restartAfter(const JobReport& report) {
   return true;
 }
 
+void Supervisor::saveReport(const JobReport& report) {
+  const std::string path = options_.logDir + "/report.json";
+  const std::string json = report.json();
+  const int err = replaceFile(path, {json, "\n"});
+  if (err == 0) return;
+  // Not lost: the report goes to stderr instead.
+  log_->error("cannot write the job report to {} ({}): check the free space and the permissions of --log-dir; "
+              "the report follows on stderr",
+              path, std::strerror(err));
+  const std::string text = json + "\n";
+  std::fflush(stdout);
+  ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
+  (void)ignored;
+}
+
 JobResult Supervisor::run() {
   start_ = Clock::now();
   prepareJob();
@@ -241,9 +257,7 @@ JobResult Supervisor::run() {
   restoreSignals();
   result.exitCode = result.report.exitCode;
   observeEnd(result.report);
-  if (!options_.logDir.empty()) {
-    std::ofstream(options_.logDir + "/report.json") << result.report.json();
-  }
+  if (!options_.logDir.empty()) saveReport(result.report);
   if (result.report.succeeded()) {
     std::string line = result.report.text();
     log_->info("{}", line.substr(std::string("xspawn: ").size(), line.size() - std::string("xspawn: ").size() - 1));

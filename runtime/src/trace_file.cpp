@@ -16,6 +16,7 @@
 
 #include "xspawn/collectives.hpp"
 #include "xspawn/error.hpp"
+#include "file_replace.hpp"
 
 namespace xs::detail {
 namespace {
@@ -228,23 +229,13 @@ void TraceWriter::shift(std::int64_t shiftNs) {
 }
 
 void TraceWriter::write(const std::string& path) const {
-  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  XS_CHECK(f != nullptr, SystemError,
-           fmt::format("--trace {}: cannot write it ({}); check that its directory exists and is writable", path,
-                       std::strerror(errno)));
   const std::string head = R"({"displayTimeUnit":"ms","traceEvents":[)" "\n";
   const std::string tail = fmt::format("\n],\"xspawn\":{}}}\n", summary_);
-  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size() &&
-            std::fwrite(events_.data(), 1, events_.size(), f) == events_.size() &&
-            std::fwrite(tail.data(), 1, tail.size(), f) == tail.size();
-  const int writeErrno = errno;
-  ok = std::fclose(f) == 0 && ok;
-  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
-  const int err = ok ? errno : writeErrno;
-  std::remove(tmp.c_str());  // nothing half-written stays behind
-  XS_THROW(SystemError, fmt::format("--trace {}: writing it failed ({}); check the free space of its directory", path,
-                                    std::strerror(err)));
+  const int err = replaceFile(path, {head, events_, tail});
+  XS_CHECK(err == 0, SystemError,
+           fmt::format("--trace {}: writing it failed ({}); check that its directory exists and is writable, and "
+                       "its free space",
+                       path, std::strerror(err)));
 }
 
 }  // namespace xs::detail

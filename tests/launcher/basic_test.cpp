@@ -106,6 +106,38 @@ TEST_F(LauncherTest, TagOutputAndLogDirectory) {
   expectClean(job);
 }
 
+TEST_F(LauncherTest, AReportThatCannotBeWrittenIsSaidAndPrintedInstead) {
+  // report.json a directory with something in it: the report's rename onto it fails, as a
+  // write to a full disk would. The job's exit code stays the job's; the report goes to stderr.
+  for (const std::string outcome : {"ok", "fail"}) {
+    TempDir logs("logs");
+    std::filesystem::create_directories(logs.path + "/report.json/keep");
+    const std::string jobId = uniqueJobId("report");
+    std::vector<std::string> argv{xspawn(), "--job-id", jobId, "--log-dir", logs.path, "--nprocs", "2", "run", "--"};
+    for (const std::string& a : outcome == "ok" ? std::vector<std::string>{worker(), "ok"}
+                                                : std::vector<std::string>{"/bin/sh", "-c", "exit 3"})
+      argv.push_back(a);
+    RunResult run = runProcess(argv);
+    EXPECT_EQ(run.exitCode, outcome == "ok" ? 0 : 3) << run.err;
+    const auto said = linesWith(run.err, "cannot write the job report to " + logs.path + "/report.json");
+    ASSERT_EQ(said.size(), 1u) << run.err;
+    EXPECT_NE(said[0].find("Is a directory"), std::string::npos) << said[0];
+    EXPECT_NE(said[0].find("the report follows on stderr"), std::string::npos) << said[0];
+    // The report itself, whole, from the line after (indented JSON, its last line "}").
+    const std::string after = run.err.substr(run.err.find('\n', run.err.find(said[0])) + 1);
+    const auto report = nlohmann::json::parse(after.substr(0, after.find("\n}\n") + 2), nullptr, false);
+    ASSERT_TRUE(report.is_object()) << run.err;
+    EXPECT_EQ(report["job_id"], jobId);
+    EXPECT_EQ(report["exit_code"], outcome == "ok" ? 0 : 3);
+    // Nothing half-written stays beside it.
+    for (const auto& entry : std::filesystem::directory_iterator(logs.path))
+      EXPECT_EQ(entry.path().filename().string().find("report.json.tmp"), std::string::npos) << entry.path();
+    Job job;
+    job.jobId = jobId;
+    expectClean(job);
+  }
+}
+
 TEST_F(LauncherTest, QuietLeavesOnlyTheWorkersOutput) {
   Job job = runJob({"--nprocs", "2", "--quiet"}, {"hello"});
   ASSERT_EQ(job.run.exitCode, 0);
