@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 
@@ -93,10 +94,38 @@ CommandResult runXspawn(const std::string& args) {
   return r;
 }
 
+namespace {
+
+// The test program itself (set before main, so before any test forks a worker).
+const pid_t kTestProgram = ::getpid();
+
+// Every directory the test program's freshDir made, removed again when it ends, so that a
+// test stopped by a failed ASSERT before its own clean-up leaves nothing under /tmp. Not by a
+// worker a test forked: it ends with the same static objects.
+struct MadeDirs {
+  std::mutex mutex;
+  std::vector<fs::path> paths;
+  ~MadeDirs() {
+    if (::getpid() != kTestProgram) return;
+    std::error_code ec;
+    for (const fs::path& p : paths) fs::remove_all(p, ec);
+  }
+};
+MadeDirs& madeDirs() {
+  static MadeDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 fs::path freshDir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("xspawn-train-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
+  if (::getpid() != kTestProgram) return p;
+  MadeDirs& made = madeDirs();
+  std::lock_guard lock(made.mutex);
+  if (std::find(made.paths.begin(), made.paths.end(), p) == made.paths.end()) made.paths.push_back(p);
   return p;
 }
 
