@@ -23,6 +23,7 @@
 
 #include "bench_collectives.hpp"
 #include "machine_transport.hpp"
+#include "mca_params.hpp"
 #include "command_args.hpp"
 #include "commands.hpp"
 #include "peers/sweep.hpp"
@@ -261,16 +262,21 @@ std::string formatBytes(std::size_t b) {
 }
 
 // The single-copy mechanism the user chose for Open MPI's shared-memory transport (vader in
-// Open MPI 4, sm in 5), or empty. It goes on mpirun's command line, so it must be one of Open
-// MPI's words. (A choice in an mca-params.conf file is not seen here.)
+// Open MPI 4, sm in 5) in the environment or in an Open MPI parameter file, or empty. It goes on
+// mpirun's command line, so it must be one of Open MPI's words.
 std::string chosenSingleCopy() {
-  for (const char* name : {"OMPI_MCA_btl_vader_single_copy_mechanism", "OMPI_MCA_btl_sm_single_copy_mechanism"}) {
-    const char* value = std::getenv(name);
-    if (!value || !*value) continue;
-    const std::string v = value;
+  auto checked = [](const std::string& where, const std::string& v) {
     XS_CHECK(v == "cma" || v == "xpmem" || v == "knem" || v == "emulated" || v == "none", UsageError,
-             fmt::format("{}={}: use cma, xpmem, knem, emulated or none (or unset it)", name, v));
+             fmt::format("{}={}: use cma, xpmem, knem, emulated or none (or unset it)", where, v));
     return v;
+  };
+  for (const char* name : {"btl_vader_single_copy_mechanism", "btl_sm_single_copy_mechanism"}) {
+    const std::string var = std::string("OMPI_MCA_") + name;
+    const char* value = std::getenv(var.c_str());
+    if (value && *value) return checked(var, value);
+  }
+  for (const char* name : {"btl_vader_single_copy_mechanism", "btl_sm_single_copy_mechanism"}) {
+    if (auto set = detail::mcaParamFileSetting(name)) return checked(set->file + ": " + name, set->value);
   }
   return "";
 }

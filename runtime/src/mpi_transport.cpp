@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "machine_transport.hpp"
+#include "mca_params.hpp"
 #include "xspawn/error.hpp"
 #include "reduce_kernels.hpp"
 
@@ -62,16 +63,15 @@ class MpiTransport final : public MachineTransport {
     // abort word and deadline). Open MPI runs it in libnbc, whose own choice measured 0.48-0.65x
     // of the blocking MPI_Allreduce between the same launchers from 64 KiB up; its ring measured
     // 0.62-1.40x (private buffers) and 1.02-1.28x (the shared heap, from 1 MiB; docs/cluster.md).
-    // A value the user set in the environment or with --mca wins (overwrite = 0).
-    ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+    // A value the user set (the environment, --mca, a parameter file) wins: mca_params.hpp.
+    preferMcaParam("coll_libnbc_iallreduce_algorithm", "1");
     // Open MPI's shared-memory transport keeps a file per process in /dev/shm, which mpirun
     // removes at the job's end; when mpirun is killed, nobody does. In the launcher's own
     // directory the next sweep removes it with the job's segment. The user's choice wins.
-    // (Open MPI 4 calls that transport vader, Open MPI 5 sm.) A value in an mca-params.conf
-    // file yields to the environment: set it with --mca or in the environment instead.
+    // (Open MPI 4 calls that transport vader, Open MPI 5 sm.)
     if (!fileDir.empty()) {
-      ::setenv("OMPI_MCA_btl_vader_backing_directory", fileDir.c_str(), 0);
-      ::setenv("OMPI_MCA_btl_sm_backing_directory", fileDir.c_str(), 0);
+      preferMcaParam("btl_vader_backing_directory", fileDir);
+      preferMcaParam("btl_sm_backing_directory", fileDir);
     }
   }
 

@@ -293,33 +293,45 @@ TEST_F(LauncherTest, BenchRunsFlatMpiAtTheFasterOfItsSharedMemoryPaths) {
 
 TEST_F(LauncherTest, BenchKeepsTheSingleCopyMechanismTheUserChose) {
   if (!haveMpiPeer()) GTEST_SKIP() << "Open MPI or xspawn-bench-mpi not built";
+  // Chosen in the environment, or in an Open MPI parameter file (which --mca on the peer's
+  // command line would otherwise override).
   TempDir dir("bench-mpi-chosen");
-  const std::string json = dir.path + "/allreduce.json";
-  RunOptions o;
-  o.env = {"OMPI_MCA_btl_vader_single_copy_mechanism=none"};
-  Job job = runJob({"--nprocs", "2"},
-                   {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "64K", "--iters", "3", "--peers", "mpi",
-                    "--json", json},
-                   o);
-  ASSERT_EQ(job.run.exitCode, 0) << job.run.out << job.run.err;
-  EXPECT_TRUE(linesWith(job.run.out, "# mpi:").empty()) << job.run.out;
-  EXPECT_EQ(singleCopies(json), std::vector<std::string>(3, "none"));
-  expectClean(job);
+  std::ofstream(dir.path + "/user.conf") << "# the user's\nbtl_vader_single_copy_mechanism = none\n";
+  for (const std::string& way : {std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none"),
+                                 "OMPI_MCA_mca_base_param_files=" + dir.path + "/user.conf"}) {
+    const std::string json = dir.path + "/allreduce.json";
+    RunOptions o;
+    o.env = {way};
+    Job job = runJob({"--nprocs", "2"},
+                     {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "64K", "--iters", "3", "--peers",
+                      "mpi", "--json", json},
+                     o);
+    ASSERT_EQ(job.run.exitCode, 0) << way << "\n" << job.run.out << job.run.err;
+    EXPECT_TRUE(linesWith(job.run.out, "# mpi:").empty()) << way << "\n" << job.run.out;
+    EXPECT_EQ(singleCopies(json), std::vector<std::string>(3, "none")) << way;
+    expectClean(job);
+  }
 }
 
 TEST_F(LauncherTest, BenchRefusesASingleCopyMechanismOpenMpiDoesNotKnow) {
-  RunOptions o;
-  o.env = {"OMPI_MCA_btl_vader_single_copy_mechanism=fast; rm -rf x"};
-  Job job = runJob({"--nprocs", "2"}, {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "4K", "--peers", "mpi"},
-                   o);
-  EXPECT_EQ(job.run.exitCode, 2) << job.run.out << job.run.err;
-  EXPECT_EQ(linesWith(job.run.err, "OMPI_MCA_btl_vader_single_copy_mechanism=fast; rm -rf x: use cma, xpmem, knem, "
-                                   "emulated or none (or unset it)")
-                .size(),
-            1u)
-      << job.run.err;
-  EXPECT_TRUE(job.run.out.empty()) << "no sweep before the error: " << job.run.out;
-  expectClean(job);
+  TempDir dir("bench-mpi-unknown");
+  const std::string file = dir.path + "/user.conf";
+  std::ofstream(file) << "btl_vader_single_copy_mechanism = fastest\n";
+  const std::vector<std::pair<std::string, std::string>> ways{
+      {"OMPI_MCA_btl_vader_single_copy_mechanism=fast; rm -rf x",
+       "OMPI_MCA_btl_vader_single_copy_mechanism=fast; rm -rf x: use cma, xpmem, knem, emulated or none (or unset it)"},
+      {"OMPI_MCA_mca_base_param_files=" + file,
+       file + ": btl_vader_single_copy_mechanism=fastest: use cma, xpmem, knem, emulated or none (or unset it)"}};
+  for (const auto& [way, said] : ways) {
+    RunOptions o;
+    o.env = {way};
+    Job job = runJob({"--nprocs", "2"},
+                     {"bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "4K", "--peers", "mpi"}, o);
+    EXPECT_EQ(job.run.exitCode, 2) << job.run.out << job.run.err;
+    EXPECT_EQ(linesWith(job.run.err, said).size(), 1u) << job.run.err;
+    EXPECT_TRUE(job.run.out.empty()) << "no sweep before the error: " << job.run.out;
+    expectClean(job);
+  }
 }
 
 // `bench switch` times the hand-over of one core among workers as processes and as threads: a
