@@ -197,9 +197,40 @@ void reduceScatter(const py::buffer& input, const std::optional<py::buffer>& out
   if (!result.empty()) std::memcpy(in.data + mine.first * es, result.data(), result.size());
 }
 
+// A machine's common buffer (shared_alloc_common) for Python's buffer protocol: its owner's
+// writable pages, or on the other ranks a read-only view of them (shared_view, its mapping kept
+// by this object; the same pages marked read-only where the system gives no second mapping).
+struct CommonBuffer {
+  std::shared_ptr<const std::byte> view;
+  std::byte* data = nullptr;
+  std::size_t bytes = 0;
+  bool writable = false;
+};
+
 }  // namespace
 
 void registerCollectives(py::module_& m) {
+  py::class_<CommonBuffer>(m, "_CommonBuffer", py::buffer_protocol())
+      .def_buffer([](CommonBuffer& b) {
+        return py::buffer_info(b.data, 1, py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.bytes)}, {1}, !b.writable);
+      });
+  m.def("_shared_common_buffer", [](std::size_t bytes, int owner) -> py::object {
+    attach();
+    void* p = nullptr;
+    {
+      py::gil_scoped_release unlocked;
+      p = shared_alloc_common(bytes, owner);
+    }
+    if (p == nullptr) return py::none();
+    CommonBuffer b{nullptr, static_cast<std::byte*>(p), bytes, get_local_ordinal() == owner};
+    if (!b.writable) {
+      b.view = shared_view(p, bytes);
+      if (b.view) b.data = const_cast<std::byte*>(b.view.get());  // exposed read-only all the same
+    }
+    return py::cast(std::move(b));
+  }, "bytes"_a, "owner"_a, "One buffer of `bytes` the machine's ranks share (see shared_common_array).");
+
   m.def("_shared_buffer", [](std::size_t bytes) {
     attach();
     return py::memoryview::from_memory(shared_alloc(bytes), static_cast<py::ssize_t>(bytes), false);

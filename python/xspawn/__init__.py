@@ -15,7 +15,8 @@ xspawn error kind, all ``xspawn.Error`` (a RuntimeError) with ``.where``.
 Identity:     init, initialized, get_ordinal, get_local_ordinal, world_size,
               local_world_size, is_master_ordinal, device, job_id, restart_count
 Meeting:      rendezvous, barrier, mesh_reduce, master_print
-Collectives:  all_reduce, broadcast, all_gather, reduce_scatter, slice_of, shared_array
+Collectives:  all_reduce, broadcast, all_gather, reduce_scatter, slice_of, shared_array,
+              shared_common_array
 PyTorch:      xspawn.torch (a DDP communication hook, optimizer_step, tensor collectives)
 See docs/pytorch.md.
 """
@@ -29,13 +30,13 @@ from ._xspawn import (  # noqa: F401  (the public API, documented in the extensi
     TimeoutError, TruncatedError, UsageError, all_gather, all_reduce, barrier, broadcast, device,
     get_local_ordinal, get_ordinal, init, initialized, is_master_ordinal, job_id,
     local_world_size, reduce_scatter, rendezvous, restart_count, slice_of, world_size)
-from ._xspawn import _shared_buffer
+from ._xspawn import _shared_buffer, _shared_common_buffer
 
 __all__ = [
     "init", "initialized", "get_ordinal", "get_local_ordinal", "world_size", "local_world_size",
     "is_master_ordinal", "device", "job_id", "restart_count", "rendezvous", "barrier",
     "mesh_reduce", "master_print", "all_reduce", "broadcast", "all_gather", "reduce_scatter",
-    "slice_of", "shared_array", "DeviceInfo", "Error", "UsageError", "ShapeError", "ShmSpaceError",
+    "slice_of", "shared_array", "shared_common_array", "DeviceInfo", "Error", "UsageError", "ShapeError", "ShmSpaceError",
     "SegmentError", "NotInitializedError", "AbortedError", "DivergenceError",
     "FaultInjectedError", "OutOfMemoryError", "BackendError", "CheckpointError", "DataError",
     "FormatError", "TruncatedError", "MismatchError", "LabelRangeError",
@@ -56,6 +57,30 @@ def shared_array(shape, dtype="float32"):
     count = int(np.prod(shape, dtype=np.int64))
     array = np.frombuffer(_shared_buffer(max(count * dtype.itemsize, 1)), dtype, count=count).reshape(shape)
     array.fill(0)
+    return array
+
+
+def shared_common_array(shape, dtype="float32", owner=0):
+    """One NumPy array that every rank of the machine shares (xs::shared_alloc_common), not one
+    per rank: read-mostly data the machine needs once, such as a dataset. Collective: every
+    rank calls it at the same point with the same shape, dtype and owner (UsageError on every
+    rank otherwise). Rank `owner` (a local ordinal) gets it writable and zeroed and fills it;
+    the others get it read-only (through a mapping without write access where the system gives
+    one: first reads cost less, docs/collectives.md) and read it after a barrier that follows
+    the owner's writes. None on every rank when the shared heap (--shared-heap) or /dev/shm has
+    no room for it: keep a private array then. Its pages come from the owner's region only;
+    they last as long as the job. A world of one gets an ordinary array."""
+    import numpy as np
+    if job_id() == "standalone":  # a world of one has no shared heap (and nothing to share)
+        return np.zeros(shape, dtype)
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    buffer = _shared_common_buffer(max(count * dtype.itemsize, 1), owner)
+    if buffer is None:
+        return None
+    array = np.frombuffer(buffer, dtype, count=count).reshape(shape)
+    if array.flags.writeable:
+        array.fill(0)
     return array
 
 

@@ -121,8 +121,9 @@ if [ -n "$python" ]; then
   test "$(ls "$pydir")" = xspawn  # a directory of its own: on PYTHONPATH it brings nothing else along
   PYTHONPATH="$pydir" "$python" -c "import xspawn; assert xspawn.world_size() == 1; print(xspawn.__file__)" \
     | grep -q "^$pydir/xspawn/__init__.py"
-  (cd "$work" && env -u PYTHONPATH "$prefix/bin/xspawn" --nprocs 2 -q run -- "$python" "$src/examples/python/allreduce.py") \
-    | grep "mean of ranks 0..1 = 0.5"
+  out=$(cd "$work" && env -u PYTHONPATH "$prefix/bin/xspawn" --nprocs 2 -q run -- "$python" "$src/examples/python/allreduce.py")
+  grep "mean of ranks 0..1 = 0.5" <<< "$out"
+  grep "one table per machine, read by every rank: smallest sum 499500" <<< "$out"
   if "$python" -c "import torch" 2> /dev/null; then
     "$prefix/bin/xspawn" --nprocs 2 -q run -- "$python" "$src/examples/python/ddp_hook.py" | grep "DDP + xspawn hook: loss"
     "$prefix/bin/xspawn" --nprocs 2 -q run -- "$python" "$src/examples/python/ddp_hook.py" --no-ddp | grep "optimizer_step: loss"

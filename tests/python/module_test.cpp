@@ -36,6 +36,20 @@ TEST_F(ModuleTest, AProgramAloneIsAWorldOfOneAndImportsFromTheBuildTree) {
   EXPECT_NE(r.out.find("on 1 ranks"), std::string::npos) << r.out;
 }
 
+TEST_F(ModuleTest, ASharedCommonArrayIsOneArrayPerMachineReadOnlyButForItsOwner) {
+  RunResult r = run(3, "shared_common.py");
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("shared_common ok on 3 ranks"), std::string::npos) << r.out;
+  expectClean();
+  // A program alone: an ordinary array.
+  RunOptions o;
+  o.timeoutSeconds = 60;
+  o.env = {std::string("PYTHONPATH=") + PYTHON_PACKAGE_DIR};
+  RunResult alone = runProcess({PYTHON_BIN, std::string(SCRIPTS_DIR) + "/shared_common.py"}, o);
+  ASSERT_EQ(alone.exitCode, 0) << alone.out << alone.err;
+  EXPECT_NE(alone.out.find("shared_common ok on 1 ranks"), std::string::npos) << alone.out;
+}
+
 TEST_F(ModuleTest, TheDdpHookAndOptimizerStepTrainAsGlooDoes) {
   requireTorch();
   RunResult r = run(4, "ddp_train.py", {}, {"--hook"});
