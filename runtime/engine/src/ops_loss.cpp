@@ -52,7 +52,12 @@ float crossEntropyForward(float* probs, const float* logits, const std::int32_t*
                           int C, float smoothing) {
   checkLabels(labels, B, C);
   double loss = 0.0;
-  std::vector<double> e(static_cast<std::size_t>(C));  // a row's exponentials, each taken once
+  // A row's exponentials, each taken once: on the stack for up to 256 classes (no allocation a
+  // step), on the heap beyond.
+  constexpr int kOnStack = 256;
+  double onStack[kOnStack];
+  std::vector<double> onHeap(C > kOnStack ? static_cast<std::size_t>(C) : 0);
+  double* e = C > kOnStack ? onHeap.data() : onStack;
   for (int b = 0; b < B; ++b) {
     const float* r = logits + static_cast<std::size_t>(b) * C;
     float* p = probs + static_cast<std::size_t>(b) * C;
