@@ -16,6 +16,13 @@ class ModuleTest : public PythonJobTest {
   void SetUp() override {
     if (!pythonHas("numpy")) GTEST_SKIP() << PYTHON_BIN << " has no numpy: apt-get install python3-numpy";
   }
+  // python <script> alone, not under xspawn (a world of one), importing the build tree's package.
+  static RunResult runAlone(const std::string& script) {
+    RunOptions o;
+    o.timeoutSeconds = 120;
+    o.env = {std::string("PYTHONPATH=") + PYTHON_PACKAGE_DIR};
+    return runProcess({PYTHON_BIN, std::string(SCRIPTS_DIR) + "/" + script}, o);
+  }
 };
 
 TEST_F(ModuleTest, CollectivesMatchNumpyForEveryTypeOpAndAlgorithm) {
@@ -28,10 +35,7 @@ TEST_F(ModuleTest, CollectivesMatchNumpyForEveryTypeOpAndAlgorithm) {
 
 TEST_F(ModuleTest, AProgramAloneIsAWorldOfOneAndImportsFromTheBuildTree) {
   requireTorch();
-  RunOptions o;
-  o.timeoutSeconds = 120;
-  o.env = {std::string("PYTHONPATH=") + PYTHON_PACKAGE_DIR};
-  RunResult r = runProcess({PYTHON_BIN, std::string(SCRIPTS_DIR) + "/collectives.py"}, o);
+  RunResult r = runAlone("collectives.py");
   ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("on 1 ranks"), std::string::npos) << r.out;
 }
@@ -42,10 +46,7 @@ TEST_F(ModuleTest, ASharedCommonArrayIsOneArrayPerMachineReadOnlyButForItsOwner)
   EXPECT_NE(r.out.find("shared_common ok on 3 ranks"), std::string::npos) << r.out;
   expectClean();
   // A program alone: an ordinary array.
-  RunOptions o;
-  o.timeoutSeconds = 60;
-  o.env = {std::string("PYTHONPATH=") + PYTHON_PACKAGE_DIR};
-  RunResult alone = runProcess({PYTHON_BIN, std::string(SCRIPTS_DIR) + "/shared_common.py"}, o);
+  RunResult alone = runAlone("shared_common.py");
   ASSERT_EQ(alone.exitCode, 0) << alone.out << alone.err;
   EXPECT_NE(alone.out.find("shared_common ok on 1 ranks"), std::string::npos) << alone.out;
 }
