@@ -3,6 +3,7 @@
 // new one, never half of one, and a failed write leaves no temporary file behind.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
 

@@ -39,7 +39,8 @@ std::vector<std::string> mcaParamFiles() {
       if (!trim(f).empty()) files.push_back(trim(f));
     return files;
   }
-  if (const char* home = std::getenv("HOME"); home && *home) files.push_back(std::string(home) + "/.openmpi/mca-params.conf");
+  if (const char* home = std::getenv("HOME"); home && *home)
+    files.push_back(std::string(home) + "/.openmpi/mca-params.conf");
   files.push_back(sysconfDir() + "/openmpi-mca-params.conf");
   return files;
 }
@@ -50,7 +51,8 @@ std::optional<McaFileSetting> mcaParamFileSetting(const std::string& name) {
     for (std::string line; std::getline(in, line);) {
       line = trim(line.substr(0, line.find('#')));
       const auto eq = line.find('=');
-      if (eq != std::string::npos && trim(line.substr(0, eq)) == name) return McaFileSetting{file, trim(line.substr(eq + 1))};
+      if (eq != std::string::npos && trim(line.substr(0, eq)) == name)
+        return McaFileSetting{file, trim(line.substr(eq + 1))};
     }
   }
   return std::nullopt;
