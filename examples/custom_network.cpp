@@ -11,6 +11,8 @@
 //       --inject-fault rank=1,step=100,kind=crash   # rank 1 dies in epoch 2; the new gang resumes
 //   ./custom_network --nprocs 4 --precision bf16      # bf16 products (fp32 by default)
 //   ./custom_network --nprocs 4 --module-times 1      # where rank 0's passes spent their time
+//   ./custom_network --nprocs 8 --module-times cpu    # the same in its thread's CPU time: without
+//                                                     # the waits for a core of 8 ranks on fewer
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -203,7 +205,10 @@ void map_fn(int, const xs::Flags& flags) {
   auto optimizer = xs::optim::SGD(model, {.lr = 0.05f, .momentum = 0.9f, .weightDecay = 5e-4f, .nesterov = true});
   const xs::optim::CosineAnnealingLR schedule{0.05f, epochs};
   xs::data_parallel(model, {.bucketBytes = 64 << 10});  // buckets reduced while backward runs
-  model.setModuleTimes(flags.get("module-times", 0) != 0);  // each module's own time, its modules' apart
+  // Each module's own time, its modules' apart: elapsed, or (cpu) the thread's CPU time.
+  const std::string moduleTimes = flags.get("module-times", std::string("0"));
+  model.setModuleTimes(moduleTimes != "0", moduleTimes == "cpu" ? xs::engine::ModuleTimeBase::kThreadCpu
+                                                                : xs::engine::ModuleTimeBase::kWall);
 
   data::TransformConfig t;
   t.mean = {0.5f, 0.5f, 0.5f};
@@ -245,8 +250,9 @@ void map_fn(int, const xs::Flags& flags) {
     if (!checkpoint.empty()) xs::save(checkpoint, model, *optimizer, state);
   }
   for (const xs::engine::ModuleTime& t : model.moduleTimes())  // training and evaluation passes alike
-    xs::master_print("module {:<18} forward {:8.2f} ms, backward {:8.2f} ms, {:.1f} MFLOP an image", t.name,
-                     1e3 * t.forwardSeconds, 1e3 * t.backwardSeconds, (t.forwardFlops + t.backwardFlops) / 1e6);
+    xs::master_print("module {:<18} forward {:8.2f} ms, backward {:8.2f} ms, {:.1f} MFLOP an image{}", t.name,
+                     1e3 * t.forwardSeconds, 1e3 * t.backwardSeconds, (t.forwardFlops + t.backwardFlops) / 1e6,
+                     model.moduleTimeBase() == xs::engine::ModuleTimeBase::kThreadCpu ? " (CPU time)" : "");
   xs::master_print("weights hash {:016x}", xs::weights_hash(model));
 }
 

@@ -79,6 +79,7 @@ po::options_description describeOptions() {
       ("prefetch", po::value<int>(), "batches the loader prepares ahead (default 2)")
       ("loader-threads", po::value<int>(), "threads building batches in each worker; 0: each worker builds its own, in its step (default: 1 where the machine has a core to spare for them, else 0, and 0 for workers bound to a core)")
       ("module-times", "at the end, rank 0 prints each module's own forward and backward time a training step, its share of the step and its GFLOP/s (evaluation passes and the first step, which builds the kernels, left out)")
+      ("module-clock", po::value<std::string>(), "what --module-times measures (implies it): wall, elapsed time (the default), or cpu, rank 0's thread CPU time, which leaves out its waits for a core (for ranks that outnumber the cores)")
       ("bucket-mb", po::value<double>(), "all-reduce the gradients in buckets of this many MB (1e6 bytes) while backward still runs, as DDP's bucket_cap_mb (0, the default: one all-reduce after backward; buckets measured no faster on one machine: docs/training.md)");
   return d;
 }
@@ -137,7 +138,13 @@ TrainOptions parseOptions(const std::vector<std::string>& args) {
   TrainOptions o;
   o.help = vm.count("help") > 0;
   o.plan = vm.count("plan") > 0;
-  o.moduleTimes = vm.count("module-times") > 0;
+  o.moduleTimes = vm.count("module-times") > 0 || vm.count("module-clock") > 0;
+  if (vm.count("module-clock")) {
+    const std::string clock = vm["module-clock"].as<std::string>();
+    XS_CHECK(clock == "wall" || clock == "cpu", UsageError,
+             fmt::format("--module-clock {}: use wall (elapsed time) or cpu (the thread's CPU time)", clock));
+    o.moduleCpuClock = clock == "cpu";
+  }
   take(vm, "model", o.model);
   take(vm, "dataset", o.dataset);
   take(vm, "data-dir", o.dataDir);

@@ -45,6 +45,7 @@ struct TrainOptions {
   int loaderThreads = -1;   // -1 (xs::data::kAutoThreads): the loader's own choice, defaultLoaderThreads
   double bucketMb = 0;      // gradient buckets all-reduced during backward (0: one after it)
   bool moduleTimes = false; // --module-times: rank 0 prints each module's own time a step at the end
+  bool moduleCpuClock = false;  // --module-clock cpu: ... in its thread's CPU time
   bool plan = false;        // --plan: validate and print the shared-heap plan
   bool help = false;
 };

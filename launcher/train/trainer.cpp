@@ -1,6 +1,8 @@
 // trainer.cpp: the training loop of one worker (see trainer.hpp).
 #include "trainer.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,6 +23,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// This thread's CPU time, the clock of --module-clock cpu.
+double threadCpuSeconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 bool terminal() {
   const char* tty = std::getenv("XSPAWN_TTY");
@@ -62,7 +70,8 @@ Trainer::Trainer(const TrainOptions& options)
   cfg.seed = o_.seed;
   model_ = models::create(*device_, cfg);
   model_->setLabelSmoothing(static_cast<float>(o_.labelSmoothing));
-  model_->setModuleTimes(o_.moduleTimes);
+  model_->setModuleTimes(o_.moduleTimes,
+                         o_.moduleCpuClock ? engine::ModuleTimeBase::kThreadCpu : engine::ModuleTimeBase::kWall);
   optimizer_ = makeOptimizer(o_, *model_);
   // Alone, the step is made inside backward, layer by layer while each gradient is in cache: the
   // same bits, less memory traffic (docs/engine.md). Several ranks all-reduce first.
@@ -107,12 +116,15 @@ void Trainer::metrics(nlohmann::json line) {
 }
 
 void Trainer::step(const data::Batch& b) {
+  // --module-clock cpu: the step's own CPU time, for the modules' shares of it.
+  const double cpuStart = o_.moduleCpuClock ? threadCpuSeconds() : 0;
   engine::StepResult r = xs::train_step(*model_, b);
   stepStats_[0] = r.loss;
   stepStats_[1] = static_cast<float>(r.correct);
   xs::optimizer_step(*model_, *optimizer_, stepStats_);  // means over ranks of the gradients and stepStats_
   // --module-times: the run's first step builds the kernels (oneDNN's JIT); it is left out.
   if (o_.moduleTimes && ++timedSteps_ == 1) model_->resetModuleTimes();
+  else if (o_.moduleCpuClock) stepCpuSeconds_ += threadCpuSeconds() - cpuStart;
 }
 
 void Trainer::foldModuleTimes() {
@@ -133,8 +145,10 @@ void Trainer::reportModules(double stepSeconds) {
   foldModuleTimes();
   if (!master_ || timedSteps_ < 2) return;
   const double steps = static_cast<double>(timedSteps_ - 1);
-  progress_.line(fmt::format("module times (rank 0, own time a training step after the first: modules inside "
-                             "one count as theirs; {:.3f} ms a step in all):", 1e3 * stepSeconds));
+  if (o_.moduleCpuClock) stepSeconds = stepCpuSeconds_ / steps;
+  progress_.line(fmt::format("module times (rank 0, own {} a training step after the first: modules inside "
+                             "one count as theirs; {:.3f} ms a step in all):",
+                             o_.moduleCpuClock ? "thread CPU time" : "time", 1e3 * stepSeconds));
   nlohmann::json rows = nlohmann::json::array();
   for (const engine::ModuleTime& m : moduleSeconds_) {
     const double f = m.forwardSeconds / steps, b = m.backwardSeconds / steps;
@@ -144,7 +158,8 @@ void Trainer::reportModules(double stepSeconds) {
                                flops > 0 && f + b > 0 ? fmt::format(", {:.1f} GFLOP/s", flops / (f + b) / 1e9) : ""));
     rows.push_back({{"name", m.name}, {"forward_ms", 1e3 * f}, {"backward_ms", 1e3 * b}});
   }
-  metrics({{"event", "modules"}, {"rank", rank_}, {"step_ms", 1e3 * stepSeconds}, {"modules", rows}});
+  metrics({{"event", "modules"}, {"rank", rank_}, {"clock", o_.moduleCpuClock ? "cpu" : "wall"},
+           {"step_ms", 1e3 * stepSeconds}, {"modules", rows}});
 }
 
 std::string Trainer::restartCheckpoint() {

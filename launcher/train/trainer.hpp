@@ -68,6 +68,7 @@ class Trainer {
   RankStats stats_;
   std::vector<engine::ModuleTime> moduleSeconds_;  // --module-times: the training steps' sums
   std::int64_t timedSteps_ = 0;                     // ... and the steps this run made (the first not timed)
+  double stepCpuSeconds_ = 0;                       // --module-clock cpu: those timed steps' thread CPU time
 };
 
 }  // namespace xs::train

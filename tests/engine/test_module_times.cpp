@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.hpp"
@@ -34,6 +35,21 @@ class Busy : public nn::Module {
   }
   const Tensor& backward(const Tensor& dy, nn::Context&) override {
     spin(kBackward);
+    return dy;
+  }
+};
+
+// Passes x and dy through after sleeping (waiting, using no CPU) a known time each way.
+class Sleepy : public nn::Module {
+ public:
+  static constexpr std::chrono::microseconds kForward{4000}, kBackward{6000};
+  Shape build(const Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
+  const Tensor& forward(const Tensor& x, nn::Context&) override {
+    std::this_thread::sleep_for(kForward);
+    return x;
+  }
+  const Tensor& backward(const Tensor& dy, nn::Context&) override {
+    std::this_thread::sleep_for(kBackward);
     return dy;
   }
 };
@@ -101,6 +117,35 @@ TEST(ModuleTimes, OwnTimesCountEachModuleOnceAndFlopsAddUpToTheModels) {
   for (const ModuleTime& t : m.moduleTimes()) EXPECT_EQ(t.forwardSeconds + t.backwardSeconds, 0) << t.name;
   m.setModuleTimes(false);
   EXPECT_TRUE(m.moduleTimes().empty());
+}
+
+// The thread's CPU time leaves out a module's waits, elapsed time counts them; a busy module
+// counts on either clock; a change of clock starts the times afresh.
+TEST(ModuleTimes, ThreadCpuTimeLeavesOutWhatAModuleWaited) {
+  auto n = std::make_unique<nn::Sequential>();
+  // After a layer with weights: a backward runs through both (none is made for the input).
+  n->add("stem", nn::Conv2d(3, 4, 3, 1, 1)).add("sleepy", std::make_unique<Sleepy>())
+      .add("busy", std::make_unique<Busy>()).add("flatten", nn::Flatten()).add("fc", nn::Linear(0, 10));
+  Device dev;
+  Model m(dev, {std::move(n), {3, 8, 8}, 10, "waits"}, 3);
+  Batch b;
+  EXPECT_EQ(m.moduleTimeBase(), ModuleTimeBase::kWall);
+  for (ModuleTimeBase base : {ModuleTimeBase::kWall, ModuleTimeBase::kThreadCpu}) {
+    m.setModuleTimes(true, base);
+    EXPECT_EQ(m.moduleTimeBase(), base);
+    EXPECT_TRUE(m.moduleTimes().empty());  // a clock of its own: nothing carried over
+    m.trainStep(b.x.data(), b.y.data(), 4);
+    const ModuleTime &sleepy = named(m.moduleTimes(), "sleepy"), &busy = named(m.moduleTimes(), "busy");
+    if (base == ModuleTimeBase::kWall) {
+      EXPECT_GE(sleepy.forwardSeconds, 0.004);
+      EXPECT_GE(sleepy.backwardSeconds, 0.006);
+    } else {
+      EXPECT_LT(sleepy.forwardSeconds + sleepy.backwardSeconds, 0.002);  // asleep: no CPU
+    }
+    // Spinning counts on both (its CPU time less what a busy machine took of its wall time).
+    EXPECT_GE(busy.forwardSeconds, base == ModuleTimeBase::kWall ? 0.002 : 0.0005);
+    EXPECT_GE(busy.backwardSeconds, base == ModuleTimeBase::kWall ? 0.003 : 0.0005);
+  }
 }
 
 TEST(ModuleTimes, TimingLeavesTheGradientsBitForBit) {

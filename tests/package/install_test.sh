@@ -88,6 +88,9 @@ step "the custom network's modules timed (Model::setModuleTimes): a block's conv
 grep -E "^module block1\.conv1 +forward +[0-9.]+ ms, backward +[0-9.]+ ms, [0-9.]+ MFLOP an image" "$work/modules.txt"
 grep -E "^module features " "$work/modules.txt"
 test "$(grep "weights hash" "$work/modules.txt")" = "$(grep "weights hash" "$work/one_epoch.txt")"  # timing changes nothing
+"$work/examples/custom_network" --nprocs 2 --epochs 1 --module-times cpu > "$work/modules_cpu.txt"
+grep -E "^module block1\.conv1 +forward +[0-9.]+ ms, backward +[0-9.]+ ms, [0-9.]+ MFLOP an image \(CPU time\)" \
+  "$work/modules_cpu.txt"
 
 step "the custom network's own xs::Trace spans in the installed xspawn's trace"
 test "$(grep -c '"name":"epoch end","cat":"user"' "$work/trace.json")" = 6  # 3 epochs x 2 ranks

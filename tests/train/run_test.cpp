@@ -138,7 +138,31 @@ TEST(TrainRun, ModuleTimesListEveryModuleAndChangeNoWeight) {
   ASSERT_EQ(modules.size(), 1u);
   EXPECT_EQ(modules[0]["modules"].size(), 6u);
   EXPECT_GT(modules[0]["modules"][1]["forward_ms"].get<double>(), 0);  // fc1
+  EXPECT_EQ(modules[0]["clock"], "wall");
   EXPECT_EQ(summaryHash(dir / "t.jsonl"), summaryHash(dir / "p.jsonl"));
+  fs::remove_all(dir);
+}
+
+// --module-clock cpu: the same table in rank 0's thread CPU time (and turns the times on); a
+// clock it does not know is a usage error before any worker starts.
+TEST(TrainRun, ModuleTimesInThreadCpuTime) {
+  fs::path dir = freshDir("module_clock");
+  CommandResult cpu = runXspawn("--nprocs 3 -q train " + kSmall + "--max-steps 6 --eval-every 0 --metrics " +
+                                (dir / "c.jsonl").string() + " --module-clock cpu");
+  ASSERT_EQ(cpu.status, 0) << cpu.out << cpu.err;
+  EXPECT_NE(cpu.out.find("module times (rank 0, own thread CPU time a training step after the first"),
+            std::string::npos)
+      << cpu.out;
+  EXPECT_EQ(countLines(cpu.out, "  fc1 "), 1) << cpu.out;
+  const auto modules = metricLines(dir / "c.jsonl", "modules");
+  ASSERT_EQ(modules.size(), 1u);
+  EXPECT_EQ(modules[0]["clock"], "cpu");
+  EXPECT_GT(modules[0]["step_ms"].get<double>(), 0);
+  CommandResult bad = runXspawn("--nprocs 2 -q train " + kSmall + "--module-clock fast");
+  EXPECT_EQ(bad.status, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("--module-clock fast: use wall (elapsed time) or cpu (the thread's CPU time)"),
+            std::string::npos)
+      << bad.err;
   fs::remove_all(dir);
 }
 

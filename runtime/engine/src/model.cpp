@@ -36,9 +36,10 @@ Model::Model(Device& dev, Network network, std::uint64_t seed)
   initialize(seed_);
 }
 
-void Model::setModuleTimes(bool on) {
-  if (!on) moduleClock_.reset();
-  else if (!moduleClock_) moduleClock_ = std::make_unique<detail::ModuleClock>();
+void Model::setModuleTimes(bool on, ModuleTimeBase base) {
+  if (!on || base != moduleTimeBase_) moduleClock_.reset();
+  moduleTimeBase_ = base;
+  if (on && !moduleClock_) moduleClock_ = std::make_unique<detail::ModuleClock>(base);
 }
 
 const std::vector<ModuleTime>& Model::moduleTimes() const {

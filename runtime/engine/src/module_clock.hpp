@@ -2,8 +2,11 @@
 // around each child's forward and backward; a span's own time is its elapsed time less that of
 // the spans opened inside it (a residual block's convolutions are theirs, not the block's), so
 // the modules' own times add up to the time spent in modules, each counted once. Its own FLOPs
-// likewise: its count less that of the modules inside it.
+// likewise: its count less that of the modules inside it. Elapsed time or the thread's CPU time
+// (ModuleTimeBase).
 #pragma once
+
+#include <time.h>
 
 #include <chrono>
 #include <cstddef>
@@ -17,16 +20,16 @@ namespace xs::engine::detail {
 
 class ModuleClock {
  public:
-  using Clock = std::chrono::steady_clock;
+  explicit ModuleClock(ModuleTimeBase base) : base_(base) {}
 
-  void begin() { open_.push_back({Clock::now()}); }
+  void begin() { open_.push_back({now()}); }
   // Closes the span begin() opened last, for module m (named name; forwardFlops and
   // backwardFlops a sample, its modules' included, as Sequential counts them), in its forward or
   // its backward.
   void end(const void* m, const std::string& name, double forwardFlops, double backwardFlops, bool backward) {
     const Span span = open_.back();
     open_.pop_back();
-    const double elapsed = std::chrono::duration<double>(Clock::now() - span.start).count();
+    const double elapsed = now() - span.start;
     if (!open_.empty()) {
       Span& outer = open_.back();
       outer.inner += elapsed;
@@ -46,11 +49,21 @@ class ModuleClock {
   }
 
  private:
+  // Seconds on the chosen clock.
+  double now() const {
+    if (base_ == ModuleTimeBase::kWall)
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
+
   struct Span {
-    Clock::time_point start;
+    double start;
     double inner = 0;  // seconds of the spans closed inside it, and their FLOPs
     double innerForwardFlops = 0, innerBackwardFlops = 0;
   };
+  ModuleTimeBase base_;
   std::vector<Span> open_;
   std::unordered_map<const void*, std::size_t> slots_;
   std::vector<ModuleTime> times_;  // in the order first seen: the forward's

@@ -40,6 +40,12 @@ struct ModuleTime {
   double forwardSeconds = 0, backwardSeconds = 0;
 };
 
+// What Model::setModuleTimes measures with: elapsed time (kWall), or the CPU time of the thread
+// that runs the passes (kThreadCpu), which leaves out what the thread waited for a core: for
+// ranks that outnumber the cores, whose elapsed times count the other ranks' turns too. A CPU
+// time read is a system call (a few hundred ns), an elapsed one is not.
+enum class ModuleTimeBase { kWall, kThreadCpu };
+
 struct StepResult {
   float loss = 0;   // mean cross-entropy over the batch
   int correct = 0;  // samples whose arg-max logit is the label
@@ -129,7 +135,9 @@ class Model {
   // or stops (false, which also drops the times). A module's time covers its kernels and, with
   // an optimizer in backward, the step made for its parameters; the loss, zeroGrad() and a
   // separate optimizer step are outside every module. Costs two clock reads a module and pass.
-  void setModuleTimes(bool on);
+  // `base`: elapsed or thread CPU time (a change of base drops the times so far).
+  void setModuleTimes(bool on, ModuleTimeBase base = ModuleTimeBase::kWall);
+  ModuleTimeBase moduleTimeBase() const { return moduleTimeBase_; }
   // Every module's own time since setModuleTimes(true) or the last resetModuleTimes(), in the
   // order their first forward ended (a module after those inside it); empty before that forward,
   // or when off. A module that did not run since keeps its entry, at zero.
@@ -163,6 +171,7 @@ class Model {
   GradReadyHook gradReady_;
   optim::Optimizer* inBackward_ = nullptr;
   std::unique_ptr<detail::ModuleClock> moduleClock_;  // setModuleTimes
+  ModuleTimeBase moduleTimeBase_ = ModuleTimeBase::kWall;
   std::unique_ptr<Attachment> attachment_;  // last: goes first
 };
 
