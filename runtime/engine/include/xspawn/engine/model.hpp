@@ -43,7 +43,8 @@ struct ModuleTime {
 // What Model::setModuleTimes measures with: elapsed time (kWall), or the CPU time of the thread
 // that runs the passes (kThreadCpu), which leaves out what the thread waited for a core: for
 // ranks that outnumber the cores, whose elapsed times count the other ranks' turns too. A CPU
-// time read is a system call (a few hundred ns), an elapsed one is not.
+// time read is a system call (1.3 us measured on a VM with page-table isolation), an elapsed
+// one is not (26 ns there).
 enum class ModuleTimeBase { kWall, kThreadCpu };
 
 struct StepResult {
