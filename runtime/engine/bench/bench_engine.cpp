@@ -21,6 +21,7 @@
 #include "xspawn/models.hpp"
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
+#include "module_clock.hpp"
 #include "xspawn/engine/model.hpp"
 #include "ops.hpp"
 #include "xspawn/optim.hpp"
@@ -46,11 +47,7 @@ struct Args {
   double minSeconds = 0;
 };
 
-double threadCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+using xs::engine::detail::threadCpuSeconds;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -18,6 +18,14 @@
 
 namespace xs::engine::detail {
 
+// This thread's CPU time in seconds: the clock of ModuleTimeBase::kThreadCpu (and of the engine
+// bench's steps).
+inline double threadCpuSeconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 class ModuleClock {
  public:
   explicit ModuleClock(ModuleTimeBase base) : base_(base) {}
@@ -51,11 +59,8 @@ class ModuleClock {
  private:
   // Seconds on the chosen clock.
   double now() const {
-    if (base_ == ModuleTimeBase::kWall)
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    timespec t{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+    if (base_ == ModuleTimeBase::kThreadCpu) return threadCpuSeconds();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
 
   struct Span {
