@@ -1,7 +1,8 @@
 // observability_test.cpp: what a user sees of a job's time, through real jobs: the --trace file's
 // structure (valid JSON, every rank's track, spans nested and ordered, collectives' bytes), the
-// times each rank was given a CPU a step, the utilisation report naming a rank slowed by an injected delay, `xspawn report` from a trace and
-// from a --log-dir agreeing, `xspawn top --once --json` on a running job, and bad input.
+// times each rank was given a CPU a step, the utilisation report naming a rank slowed by an
+// injected delay, `xspawn report` from a trace and from a --log-dir agreeing, `xspawn top --once
+// --json` on a running job, and bad input.
 #include <unistd.h>
 
 #include <algorithm>
