@@ -228,12 +228,12 @@ bool Supervisor::restartAfter(const JobReport& report) {
 void Supervisor::saveReport(const JobReport& report) {
   const std::string path = options_.logDir + "/report.json";
   const std::string json = report.json();
-  const int err = replaceFile(path, {json, "\n"});
-  if (err == 0) return;
+  const ReplaceResult written = replaceFile(path, {json, "\n"});
+  if (written) return;
   // Not lost: the report goes to stderr instead.
   log_->error("cannot write the job report to {} ({}): check the free space and the permissions of --log-dir; "
               "the report follows on stderr",
-              path, std::strerror(err));
+              path, std::strerror(written.err));
   const std::string text = json + "\n";
   std::fflush(stdout);
   ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());

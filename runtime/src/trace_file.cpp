@@ -231,11 +231,11 @@ void TraceWriter::shift(std::int64_t shiftNs) {
 void TraceWriter::write(const std::string& path) const {
   const std::string head = R"({"displayTimeUnit":"ms","traceEvents":[)" "\n";
   const std::string tail = fmt::format("\n],\"xspawn\":{}}}\n", summary_);
-  const int err = replaceFile(path, {head, events_, tail});
-  XS_CHECK(err == 0, SystemError,
+  const ReplaceResult written = replaceFile(path, {head, events_, tail});
+  XS_CHECK(written, SystemError,
            fmt::format("--trace {}: writing it failed ({}); check that its directory exists and is writable, and "
                        "its free space",
-                       path, std::strerror(err)));
+                       path, std::strerror(written.err)));
 }
 
 }  // namespace xs::detail

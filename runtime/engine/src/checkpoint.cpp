@@ -1,8 +1,6 @@
 // checkpoint.cpp: the versioned, checksummed checkpoint file.
 #include "xspawn/engine/checkpoint.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -14,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "file_replace.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::engine {
@@ -60,30 +59,6 @@ T get(const std::string& in, std::size_t& pos, const std::string& path) {
   return v;
 }
 
-// Writes all of `bytes` to fd and fsyncs it: 0 or the errno of the failure.
-int writeAllAndSync(int fd, const std::string& bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n > 0) done += static_cast<std::size_t>(n);
-    else if (n < 0 && errno != EINTR) return errno;
-  }
-  return ::fsync(fd) == 0 ? 0 : errno;
-}
-
-// Makes a rename inside dir durable.
-void syncDirectory(const std::string& path) {
-  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  XS_CHECK(fd >= 0, CheckpointError, "cannot open directory '" + dir + "' of checkpoint '" + path +
-                                         "' to sync it: " + std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  XS_CHECK(rc == 0, CheckpointError, "syncing directory '" + dir + "' of checkpoint '" + path +
-                                         "' failed: " + std::strerror(err));
-}
-
 }  // namespace
 
 void saveCheckpoint(const std::string& path, Model& model, optim::Optimizer* opt, const std::string& extra) {
@@ -108,39 +83,26 @@ void saveCheckpoint(const std::string& path, Model& model, optim::Optimizer* opt
 }
 
 void writeFileAtomically(const std::string& path, const std::string& bytes, const std::string& what) {
+  const std::string tmp = xs::detail::replaceTempName(path);
   const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
-  const std::string tmp = path + ".tmp";
-  // An unnamed file in the directory: a process killed while writing it leaves nothing behind.
-  // It is named (tmp) only once complete and synced, for the rename; where the filesystem has
-  // no O_TMPFILE, it is named from the start.
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  const bool named = fd < 0;
-  if (named) fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  XS_CHECK(fd >= 0, CheckpointError, "cannot write " + what + " '" + tmp + "' (" + std::strerror(errno) +
-                                         "): check the directory exists and is writable");
-  int err = writeAllAndSync(fd, bytes);
-  bool ownTmp = named;  // tmp exists and is this save's
-  if (err == 0 && !named) {
-    ::unlink(tmp.c_str());  // one left by a process killed between the link and the rename
-    const std::string self = "/proc/self/fd/" + std::to_string(fd);
-    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0) ownTmp = true;
-    else err = errno;
+  const xs::detail::ReplaceResult r = xs::detail::replaceFile(path, {bytes}, true);
+  const std::string error = std::strerror(r.err);
+  switch (r.step) {
+    case xs::detail::ReplaceStep::kNone: return;
+    case xs::detail::ReplaceStep::kCreate:
+      XS_THROW(CheckpointError, "cannot write " + what + " '" + tmp + "' (" + error +
+                                    "): check the directory exists and is writable");
+    case xs::detail::ReplaceStep::kWrite:
+      XS_THROW(CheckpointError, "writing " + what + " '" + tmp + "' failed (" + error +
+                                    "): check free disk space and the file size limit (ulimit -f); the previous " +
+                                    what + " is intact");
+    case xs::detail::ReplaceStep::kRename:
+      XS_THROW(CheckpointError, "cannot rename '" + tmp + "' to '" + path + "': " + error +
+                                    "; check that nothing else has that name and the directory is writable (the "
+                                    "previous " + what + " is intact)");
+    case xs::detail::ReplaceStep::kSyncDir:
+      XS_THROW(CheckpointError, "syncing directory '" + dir + "' of " + what + " '" + path + "' failed: " + error);
   }
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err != 0) {
-    if (ownTmp) ::unlink(tmp.c_str());  // a partial file helps nobody
-    XS_THROW(CheckpointError, "writing " + what + " '" + tmp + "' failed (" + std::strerror(err) +
-                                  "): check free disk space and the file size limit (ulimit -f); the previous " + what +
-                                  " is intact");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp.c_str());
-    XS_THROW(CheckpointError, "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err) +
-                                  "; check that nothing else has that name and the directory is writable (the "
-                                  "previous " + what + " is intact)");
-  }
-  syncDirectory(path);
 }
 
 std::string loadCheckpoint(const std::string& path, Model& model, optim::Optimizer* opt) {
