@@ -5,6 +5,7 @@
 #include <boost/program_options.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "file_replace.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::cli {
@@ -63,12 +65,15 @@ class JsonOption {
   JsonOption& operator=(const JsonOption&) = delete;
 
   bool wanted() const { return !path_.empty(); }
-  // Replaces the file's text with the rows (nothing without --json).
+  // Replaces the file's text with the rows (nothing without --json), whole: a failed write
+  // leaves the file as it was.
   void write(const nlohmann::json& doc) {
     if (!wanted()) return;
-    std::ofstream out(path_, std::ios::trunc);
-    out << doc.dump(2) << "\n";
-    if (!out.flush()) XS_THROW(SystemError, fmt::format("{}: writing --json {} failed", command_, path_));
+    const std::string text = doc.dump(2);
+    const detail::ReplaceResult r = detail::replaceFile(path_, {text, "\n"});
+    XS_CHECK(r, SystemError,
+             fmt::format("{}: writing --json {} failed ({}); check its directory's free space and permissions",
+                         command_, path_, std::strerror(r.err)));
     written_ = true;
   }
 
