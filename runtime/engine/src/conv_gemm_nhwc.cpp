@@ -10,6 +10,7 @@
 
 #include "conv_onednn.hpp"
 #include "xspawn/error.hpp"
+#include "device_internals.hpp"
 #include "gemm.hpp"
 
 namespace xs::engine::detail {
@@ -76,11 +77,11 @@ struct Patches {
 Patches patches(Device& dev, const float* x, const ConvGeom& g, int n0, int nb) {
   const std::size_t n = static_cast<std::size_t>(nb) * g.oh() * g.ow() * g.kh * g.kw * g.c;
   if (bf16Matmul(dev)) {
-    auto* col = reinterpret_cast<std::uint16_t*>(dev.scratch(kColSlot, (n + 1) / 2));
+    auto* col = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kColSlot, (n + 1) / 2));
     im2colNhwc(col, x, g, n0, nb);
     return {col, true};
   }
-  float* col = dev.scratch(kColSlot, n);
+  float* col = detail::scratch(dev, kColSlot, n);
   im2colNhwc(col, x, g, n0, nb, emulatesBf16(dev) && !g.xRounded);
   return {col, false};
 }
@@ -165,7 +166,7 @@ void tapsFromOhwi(float* dw, const float* wt, int oc, int c, int khw) {
 // w [oc, c, kh, kw] -> wt [oc, kh, kw, c], rounded to bf16 values in emulated bf16 (unless w is
 // the store's rounded mirror already)
 float* weightsOhwi(Device& dev, const float* w, const ConvGeom& g) {
-  float* wt = dev.scratch(kWeightSlot, static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw);
+  float* wt = detail::scratch(dev, kWeightSlot, static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw);
   (emulatesBf16(dev) && !g.wRounded ? tapsToOhwi<true> : tapsToOhwi<false>)(wt, w, g.oc, g.c, g.kh * g.kw);
   return wt;
 }
@@ -217,7 +218,7 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
                             const float* x, const float* w, const ConvGeom& g) {
   const int ohw = g.oh() * g.ow(), K = g.kh * g.kw * g.c, khw = g.kh * g.kw, nbMax = chunkImages(g);
   const float* wt = dx ? weightsOhwi(dev, w, g) : nullptr;
-  float* dwt = dev.scratch(kDwSlot, static_cast<std::size_t>(g.oc) * K);
+  float* dwt = detail::scratch(dev, kDwSlot, static_cast<std::size_t>(g.oc) * K);
   if (dx) std::memset(dx, 0, static_cast<std::size_t>(g.n) * g.h * g.w * g.c * sizeof(float));
   if (db && g.overwriteGrads) std::memset(db, 0, static_cast<std::size_t>(g.oc) * sizeof(float));
   for (int n0 = 0; n0 < g.n; n0 += nbMax) {
@@ -230,7 +231,7 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
     if (emulatesBf16(dev) && !g.dyRounded)
       dyc.data = roundedScratch(dev, kDySlot, static_cast<const float*>(dyc.data), dyCount);
     if (col.bf16 && !dyc.bf16) {  // native: dy's bits once, for both products and the bias
-      auto* bits = reinterpret_cast<std::uint16_t*>(dev.scratch(kDySlot, (dyCount + 1) / 2));
+      auto* bits = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kDySlot, (dyCount + 1) / 2));
       floatsToBf16(static_cast<const float*>(dyc.data), bits, dyCount);
       dyc = Patches{bits, true};
     }
@@ -239,7 +240,7 @@ void conv2dBackwardGemmNhwc(Device& dev, float* dx, float* dw, float* db, const 
     product(dev, true, false, g.oc, K, rows, dyc, g.oc, col, K, n0 == 0 ? 0.f : 1.f, dwt, K);
     if (!dx) continue;
     // dcol [rows, K] = dyc [rows, oc] * wt [oc, K]
-    float* dcol = dev.scratch(kDcolSlot, static_cast<std::size_t>(rows) * K);
+    float* dcol = detail::scratch(dev, kDcolSlot, static_cast<std::size_t>(rows) * K);
     product(dev, false, false, rows, K, g.oc, dyc, g.oc, Patches{wt, false}, K, 0.f, dcol, K);
     col2imNhwc(dx, dcol, g, n0, nb);
   }

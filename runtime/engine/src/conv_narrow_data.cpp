@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "conv_onednn.hpp"
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 
@@ -247,14 +248,14 @@ void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const flo
   const Runs r(g);
   const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.ow * r.oc;
   const bool pairs = narrowBf16(dev) && r.oc % 2 == 0 && !narrowDataPortableSlot();
-  float* wr = dev.scratch(kWeightSlot, r.wrCount());  // 64-byte aligned, as every scratch slot
+  float* wr = detail::scratch(dev, kWeightSlot, r.wrCount());  // 64-byte aligned, as every scratch slot
   auto* wp = reinterpret_cast<std::uint32_t*>(wr);
   std::uint16_t* dyBits = nullptr;  // native bf16: dy's bits
   const RowKernel kernel = pairs ? nullptr : rowKernel(r);
   const PairRow pairKernelOf = pairs ? pairRowKernel(r.na, std::make_index_sequence<kMaxAcc>()) : nullptr;
   if (pairs) {
     tapPairs(wp, w, g, r);
-    dyBits = reinterpret_cast<std::uint16_t*>(dev.scratch(kDyBitsSlot, (dyCount + 1) / 2));
+    dyBits = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kDyBitsSlot, (dyCount + 1) / 2));
     if (g.dyRounded) bf16BitsOfRounded(dy, dyBits, dyCount);
     else toBf16Bits(dy, dyBits, dyCount);
   } else {
@@ -264,7 +265,7 @@ void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const flo
   }
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
   const std::size_t padded = static_cast<std::size_t>(r.dxpRows) * r.dxpRow;
-  float* dxp = g.pad ? dev.scratch(kPaddedSlot, padded) : nullptr;
+  float* dxp = g.pad ? detail::scratch(dev, kPaddedSlot, padded) : nullptr;
   for (int n = 0; n < g.n; ++n) {
     float* to = g.pad ? dxp : dx + n * image;  // without padding dx is dxp
     std::fill(to, to + padded, 0.f);

@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "conv_onednn.hpp"
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 
@@ -196,7 +197,7 @@ PairBlock pairBlockKernel(int p, std::index_sequence<I...>) {
 
 void forwardOnPairs(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
   const Pairs t(g);
-  auto* wp = reinterpret_cast<std::uint32_t*>(dev.scratch(kWeightSlot, t.wpCount()));  // 64-byte aligned
+  auto* wp = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kWeightSlot, t.wpCount()));  // 64-byte aligned
   pairColumns(wp, w, t);
   const PaddedImages<std::uint16_t> padded(dev, kBitsSlot, g);
   for (int n = 0; n < g.n; ++n) {
@@ -233,7 +234,7 @@ void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, 
   const bool emulated = bf16Products(dev);
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
   if (emulated && !g.xRounded) x = roundedScratch(dev, kRoundedXSlot, x, image * g.n);
-  float* wt = dev.scratch(kWeightSlot, t.wtCount());  // 64-byte aligned, as every scratch slot
+  float* wt = detail::scratch(dev, kWeightSlot, t.wtCount());  // 64-byte aligned, as every scratch slot
   tapColumns(wt, w, g, t, emulated && !g.wRounded);
   const PaddedImages padded(dev, kPaddedSlot, g);
   const bool vector = narrowForwardVectorized(g) && !narrowForwardPortableSlot();

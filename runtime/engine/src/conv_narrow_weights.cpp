@@ -25,6 +25,7 @@
 #include <immintrin.h>
 
 #include "conv_onednn.hpp"
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 
@@ -207,8 +208,8 @@ PairPass pairPassKernel(int count, std::index_sequence<I...>) {
 void pairSums(Device& dev, float* s, bool bias, const float* dy, const float* x, const ConvGeom& g, const Runs& r) {
   const std::size_t dqCount = static_cast<std::size_t>((r.oh + 1) / 2) * r.ow * kLanes;
   const std::size_t xqCount = static_cast<std::size_t>(r.xpRows + (r.oh % 2 ? r.kh : 0)) * r.xpRow;
-  auto* dq = reinterpret_cast<std::uint32_t*>(dev.scratch(kDyPairSlot, dqCount));
-  auto* xq = reinterpret_cast<std::uint32_t*>(dev.scratch(kRowPairSlot, xqCount));
+  auto* dq = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kDyPairSlot, dqCount));
+  auto* xq = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kRowPairSlot, xqCount));
   std::fill(xq, xq + xqCount, 0u);
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
   const std::size_t dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
@@ -239,7 +240,7 @@ bool useNarrowWeightGradient(const ConvGeom& g) {
 void conv2dWeightGradientNarrow(Device& dev, float* dw, float* db, const float* dy, const float* x,
                                 const ConvGeom& g) {
   const Runs r(g);
-  float* s = dev.scratch(kSumSlot, r.sumCount());  // 64-byte aligned, as every scratch slot
+  float* s = detail::scratch(dev, kSumSlot, r.sumCount());  // 64-byte aligned, as every scratch slot
   std::fill(s, s + r.sumCount(), 0.f);
   if (narrowBf16(dev) && !narrowWeightsPortableSlot()) pairSums(dev, s, db != nullptr, dy, x, g, r);
   else imageSums(dev, s, db != nullptr, dy, x, g, r);

@@ -31,6 +31,7 @@
 #include "channel_shuffles.hpp"
 #include "conv_one_channel.hpp"
 #include "conv_onednn.hpp"
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 #include "pool_windows.hpp"
@@ -333,7 +334,7 @@ bool useOneChannelConv(const ConvGeom& g) {
 void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float* w, const float* b,
                              const ConvGeom& g) {
   const Rows r(g);
-  float* xp = dev.scratch(kPaddedSlot, r.xpCount());
+  float* xp = detail::scratch(dev, kPaddedSlot, r.xpCount());
   fillPadding(xp, r);
   if (narrowBf16(dev) && vectorKernels()) return forwardPairs(dev, y, x, w, b, g, r, xp);
   const bool roundX = bf16Products(dev) && !g.xRounded;  // in padImage's copy
@@ -352,7 +353,7 @@ void conv2dForwardOneChannel(Device& dev, float* y, const float* x, const float*
     }
     return;
   }
-  float* planes = g.pool ? dev.scratch(kImageSlot, image) : nullptr;
+  float* planes = g.pool ? detail::scratch(dev, kImageSlot, image) : nullptr;
   for (int n = 0; n < g.n; ++n) {
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, roundX);
     float* yn = planes ? planes : y + n * image;
@@ -366,11 +367,11 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
                               const ConvGeom& g) {
   const Rows r(g);
   const std::size_t sumCount = static_cast<std::size_t>(r.oc) * (r.taps() + 1) * kLanes;
-  float* s = dev.scratch(kSumSlot, sumCount);  // 64-byte aligned, as every scratch slot
+  float* s = detail::scratch(dev, kSumSlot, sumCount);  // 64-byte aligned, as every scratch slot
   float* bsum = s + static_cast<std::size_t>(r.oc) * r.taps() * kLanes;
   std::fill(s, s + sumCount, 0.f);
-  float* dyT = dev.scratch(kDySlot, r.dyT(r.oh, 0, 0));
-  float* xp = dev.scratch(kPaddedSlot, r.xpCount());
+  float* dyT = detail::scratch(dev, kDySlot, r.dyT(r.oh, 0, 0));
+  float* xp = detail::scratch(dev, kPaddedSlot, r.xpCount());
   fillPadding(xp, r);
   const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   const bool roundX = bf16Products(dev) && !g.xRounded;  // in padImage's copy
@@ -386,7 +387,7 @@ void conv2dBackwardOneChannel(Device& dev, float* dw, float* db, const float* dy
   const Deinterleave deinterleave =
       vectorKernels() && !r.planes ? deinterleaveKernel(g.oc, std::make_index_sequence<kLanes - 1>()) : nullptr;
   const bool toBlocks = g.pool && fill && avgPoolPlanesToBlocksApply(*g.pool);
-  float* planes = g.pool && !toBlocks ? dev.scratch(kImageSlot, image) : nullptr;
+  float* planes = g.pool && !toBlocks ? detail::scratch(dev, kImageSlot, image) : nullptr;
   // Native bf16 on vdpbf16ps: the sums over pairs of dyT's rows, dyT whole before them.
   const bool pairs = weightPairsApply(dev, r);
   const PairScratch words = pairs ? weightPairScratch(dev, g, r) : PairScratch{};

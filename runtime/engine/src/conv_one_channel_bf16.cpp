@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "conv_one_channel.hpp"
+#include "device_internals.hpp"
 #include "kernel_util.hpp"
 
 namespace xs::engine::detail::one_channel {
@@ -228,9 +229,9 @@ void pairSumsOfImage(float* s, const PairScratch& p, const Rows& r) {
 
 void forwardPairs(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g,
                   const Rows& r, float* xp) {
-  const Steps steps = tapSteps(reinterpret_cast<std::uint32_t*>(dev.scratch(kWeightSlot, Steps::words(r))), w, r);
+  const Steps steps = tapSteps(reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kWeightSlot, Steps::words(r))), w, r);
   const int layouts = steps.single ? 3 : steps.vertical ? 2 : 1;  // H, then V, then S
-  auto* words = reinterpret_cast<std::uint32_t*>(dev.scratch(kPairSlot, 3 * r.xpCount()));
+  auto* words = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kPairSlot, 3 * r.xpCount()));
   std::fill(words, words + layouts * r.xpCount(), 0u);
   const int width = layoutWidth(g);
   const Taps taps{words, steps.at, steps.count, steps.wp};
@@ -238,7 +239,7 @@ void forwardPairs(Device& dev, float* y, const float* x, const float* w, const f
   const PooledPairTile pooled = pooledPairs(g, r);
   const PairImage kernel = pooled ? nullptr : pairImageKernel(g.oc, r.planes, std::make_index_sequence<kLanes - 1>());
   const std::size_t image = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
-  float* planes = g.pool && !pooled ? dev.scratch(kImageSlot, image) : nullptr;
+  float* planes = g.pool && !pooled ? detail::scratch(dev, kImageSlot, image) : nullptr;
   for (int n = 0; n < g.n; ++n) {
     padImage(xp, x + static_cast<std::size_t>(n) * g.h * g.w, g, r, !g.xRounded);
     layOut(words, xp, r, width, kH);
@@ -259,9 +260,9 @@ bool weightPairsApply(const Device& dev, const Rows& r) {
 
 PairScratch weightPairScratch(Device& dev, const ConvGeom& g, const Rows& r) {
   const std::size_t dq = static_cast<std::size_t>((r.oh + 1) / 2) * r.blocks * r.oc * kLanes;
-  auto* x = reinterpret_cast<std::uint32_t*>(dev.scratch(kPairSlot, 2 * r.xpCount()));  // V, then S
+  auto* x = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kPairSlot, 2 * r.xpCount()));  // V, then S
   std::fill(x, x + 2 * r.xpCount(), 0u);
-  return {reinterpret_cast<std::uint32_t*>(dev.scratch(kDyPairSlot, dq)), x, layoutWidth(g)};
+  return {reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kDyPairSlot, dq)), x, layoutWidth(g)};
 }
 
 void weightSumsPairs(float* s, const float* dyT, const float* xp, const Rows& r, const PairScratch& p) {

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "conv_onednn.hpp"
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "onednn_context.hpp"
 #include "onednn_reorders.hpp"
@@ -121,20 +122,20 @@ constexpr int kScratchpadSlot = 3;  // Device scratch slot (0-2: im2col, 4-5: GE
 
 memory scratchpad(Device& dev, const Entry& e) {
   memory::desc md({static_cast<memory::dim>(std::max<std::size_t>(e.scratchpadBytes, 1))}, dt::u8, tag::a);
-  return memory(md, oneDnnContext().eng, dev.scratch(kScratchpadSlot, (e.scratchpadBytes + 3) / 4 + 1));
+  return memory(md, oneDnnContext().eng, detail::scratch(dev, kScratchpadSlot, (e.scratchpadBytes + 3) / 4 + 1));
 }
 
 using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool, bool, bool, bool, bool, bool>;
 
-struct ConvCache : Device::KernelState {
+struct ConvCache : detail::KernelState {
   Staging staging;  // before the entries: their ports point into it
   std::map<Key, std::unique_ptr<Entry>> entries;
 };
 constexpr int kConvSlot = 0;
 
 ConvCache& cache(Device& dev) {
-  if (!dev.kernelState(kConvSlot)) dev.setKernelState(kConvSlot, std::make_unique<ConvCache>());
-  return *static_cast<ConvCache*>(dev.kernelState(kConvSlot));
+  if (!detail::kernelState(dev, kConvSlot)) detail::setKernelState(dev, kConvSlot, std::make_unique<ConvCache>());
+  return *static_cast<ConvCache*>(detail::kernelState(dev, kConvSlot));
 }
 
 // Native bf16, a convolution from fewer than 16 input channels (a first layer): its weight

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "ops.hpp"
 
@@ -120,7 +121,7 @@ class PaddedImages {
  public:
   PaddedImages(Device& dev, int slot, const ConvGeom& g)
       : g_(g), row_(static_cast<std::size_t>(g.w + 2 * g.pad) * g.c), count_((g.h + 2 * g.pad) * row_),
-        xp_(g.pad || !kFloat ? reinterpret_cast<T*>(dev.scratch(slot, (count_ * sizeof(T) + 3) / 4)) : nullptr) {
+        xp_(g.pad || !kFloat ? reinterpret_cast<T*>(detail::scratch(dev, slot, (count_ * sizeof(T) + 3) / 4)) : nullptr) {
     if (xp_) std::fill(xp_, xp_ + count_, T{0});
   }
   // Image n of x [n, h, w, c], padded.

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "device_internals.hpp"
 #include "telemetry.hpp"
 #include "xspawn/error.hpp"
 
@@ -60,7 +61,8 @@ std::size_t parseMemorySize(const std::string& text) {
   return static_cast<std::size_t>(v) * mult;
 }
 
-Device::Device(const DeviceOptions& options) : options_(options) {
+Device::Device(const DeviceOptions& options)
+    : options_(options), internals_(std::make_unique<detail::DeviceInternals>()) {
   XS_CHECK(options.ordinal >= 0, UsageError,
            fmt::format("device ordinal {} is negative: use 0 or more", options.ordinal));
   XS_CHECK(options.memoryBytes >= (1u << 20), UsageError,
@@ -100,8 +102,8 @@ Device::Device(const DeviceOptions& options) : options_(options) {
 }
 
 Device::~Device() {
-  for (auto& k : kernelStates_) k.reset();  // their tensors return memory to this arena
-  for (auto& [ptr, size] : scratch_) release(ptr);
+  for (auto& k : internals_->kernelStates) k.reset();  // their tensors return memory to this arena
+  for (auto& [ptr, size] : internals_->scratch) release(ptr);
   if (base_) munmap(base_, options_.memoryBytes);
 }
 
@@ -152,16 +154,15 @@ void Device::release(float* p) {
   }
 }
 
-float* Device::scratch(int slot, std::size_t floats) {
+float* detail::scratch(Device& dev, int slot, std::size_t floats) {
   XS_CHECK(slot >= 0 && slot < kScratchSlots, UsageError,
            fmt::format("scratch slot {} out of range 0..{}", slot, kScratchSlots - 1));
-  if (scratch_.empty()) scratch_.assign(kScratchSlots, {nullptr, 0});
-  auto& [ptr, size] = scratch_[slot];
+  auto& [ptr, size] = DeviceInternals::of(dev).scratch[slot];
   if (size < floats) {
-    release(ptr);
+    dev.release(ptr);
     ptr = nullptr;
     size = 0;
-    ptr = allocate(floats, "kernel scratch space");
+    ptr = dev.allocate(floats, "kernel scratch space");
     size = floats;
   }
   return ptr;

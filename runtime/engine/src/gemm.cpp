@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "device_internals.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::engine {
@@ -59,7 +60,7 @@ void pack(const float* X, int ld, bool trans, int rows, int cols, float* out, bo
 // The stored [rows, cols] block of X (row stride ld) rounded to bf16, dense, in scratch slot.
 const float* roundedDense(Device& dev, int slot, const float* X, int ld, int rows, int cols) {
   if (ld == cols) return roundedScratch(dev, slot, X, static_cast<std::size_t>(rows) * cols);
-  float* out = dev.scratch(slot, static_cast<std::size_t>(rows) * cols);
+  float* out = detail::scratch(dev, slot, static_cast<std::size_t>(rows) * cols);
   for (int r = 0; r < rows; ++r)
     roundToBf16(X + static_cast<std::size_t>(r) * ld, out + static_cast<std::size_t>(r) * cols, cols);
   return out;
@@ -174,7 +175,7 @@ const float* roundedCopy(Device& dev, Tensor& t, const float* src, std::size_t n
 }
 
 const float* roundedScratch(Device& dev, int slot, const float* src, std::size_t n) {
-  float* out = dev.scratch(slot, n);
+  float* out = detail::scratch(dev, slot, n);
   roundToBf16(src, out, n);
   return out;
 }
@@ -213,8 +214,8 @@ void gemm(Device& dev, bool transA, bool transB, int M, int N, int K, const floa
     return;
   }
   // Exact bf16 emulation and our kernel both work on dense packed copies.
-  float* a = dev.scratch(4, static_cast<std::size_t>(M) * K);
-  float* bb = dev.scratch(5, static_cast<std::size_t>(K) * N);
+  float* a = detail::scratch(dev, 4, static_cast<std::size_t>(M) * K);
+  float* bb = detail::scratch(dev, 5, static_cast<std::size_t>(K) * N);
   pack(A, lda, transA, M, K, a, bf16);
   pack(B, ldb, transB, K, N, bb, bf16);
   if (b == GemmBackend::kOpenBlas) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "xspawn/error.hpp"
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "conv_onednn.hpp"
 #include "onednn_context.hpp"
@@ -21,7 +22,7 @@ namespace {
 constexpr int kScratchpadSlot = 3;  // shared with the convolutions: never live at the same time
 
 // Cached bf16 matmul primitives of one device (kernel state slot 1).
-struct MatmulCache : Device::KernelState {
+struct MatmulCache : detail::KernelState {
   using Key = std::tuple<int, int, int, bool, bool, int, float>;
   struct Entry {
     bool ok = false;  // false: oneDNN has no bf16 matmul here (the caller emulates)
@@ -33,8 +34,8 @@ struct MatmulCache : Device::KernelState {
 constexpr int kMatmulSlot = 1;
 
 MatmulCache& matmulCache(Device& dev) {
-  if (!dev.kernelState(kMatmulSlot)) dev.setKernelState(kMatmulSlot, std::make_unique<MatmulCache>());
-  return *static_cast<MatmulCache*>(dev.kernelState(kMatmulSlot));
+  if (!detail::kernelState(dev, kMatmulSlot)) detail::setKernelState(dev, kMatmulSlot, std::make_unique<MatmulCache>());
+  return *static_cast<MatmulCache*>(detail::kernelState(dev, kMatmulSlot));
 }
 
 __attribute__((target("avx512f,avx512bf16,avx512vl")))
@@ -59,7 +60,7 @@ void toBf16(const float* src, std::uint16_t* dst, std::size_t n) {
 // Converts the stored [rows, cols] block (row stride ld) to a dense bf16 copy.
 std::uint16_t* packBf16(Device& dev, int slot, const float* X, int ld, int rows, int cols) {
   auto* out = reinterpret_cast<std::uint16_t*>(
-      dev.scratch(slot, (static_cast<std::size_t>(rows) * cols + 1) / 2));
+      detail::scratch(dev, slot, (static_cast<std::size_t>(rows) * cols + 1) / 2));
   if (ld == cols) toBf16(X, out, static_cast<std::size_t>(rows) * cols);
   else
     for (int r = 0; r < rows; ++r)
@@ -146,7 +147,7 @@ bool gemmBf16(Device& dev, bool transA, bool transB, int M, int N, int K, const 
   void* b = bBf16 ? const_cast<void*>(B) : transB ? packBf16(dev, 5, bf, ldb, N, K) : packBf16(dev, 5, bf, ldb, K, N);
   dnnl::memory am(aMd, ctx.eng, a), bm(bMd, ctx.eng, b), cm(cMd, ctx.eng, C);
   const auto& spMd = it->second.scratchpad;
-  dnnl::memory sp(spMd, ctx.eng, dev.scratch(kScratchpadSlot, spMd.get_size() / 4 + 1));
+  dnnl::memory sp(spMd, ctx.eng, detail::scratch(dev, kScratchpadSlot, spMd.get_size() / 4 + 1));
   it->second.prim.execute(ctx.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
                                 {DNNL_ARG_SCRATCHPAD, sp}});
   ctx.stream.wait();

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "ops.hpp"
 
@@ -155,8 +156,8 @@ bool linearWeightGradientAmx(Device& dev, float* dw, const std::uint16_t* dy, co
   if (!oneDnnRunsAmx() || O % kRows != 0 || I % kBlockCols != 0 || B <= 0 || !amxGranted()) return false;
   const int chunks = (B + kK - 1) / kK, kp = chunks * kK;
   // A: dy^T [O, kp]; B: x's rows in pairs, [kp / 2, I, 2]; zeros past row B of either.
-  auto* a = reinterpret_cast<std::uint16_t*>(dev.scratch(kScratchA, (static_cast<std::size_t>(O) * kp + 1) / 2));
-  auto* b = reinterpret_cast<std::uint16_t*>(dev.scratch(kScratchB, static_cast<std::size_t>(kp) * I / 2));
+  auto* a = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kScratchA, (static_cast<std::size_t>(O) * kp + 1) / 2));
+  auto* b = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kScratchB, static_cast<std::size_t>(kp) * I / 2));
   transposeBits(a, dy, B, O, kp);
   for (int k = 0; k < kp; ++k) {
     std::uint16_t* pairs = b + static_cast<std::size_t>(k / 2) * I * 2 + (k % 2);
@@ -299,7 +300,7 @@ bool linearForwardAmx(Device& dev, float* y, const std::uint16_t* x, const std::
   if (!rowsShape(B, I, O)) return false;
   const int bp = (B + 31) / 32 * 32;
   // x's 32-bit pairs [B, I / 2] transposed to [I / 2, bp], zeros past row B.
-  auto* xt = reinterpret_cast<std::uint32_t*>(dev.scratch(kScratchB, static_cast<std::size_t>(I / 2) * bp));
+  auto* xt = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kScratchB, static_cast<std::size_t>(I / 2) * bp));
   pairsByColumn(xt, x, B, I, bp);
   withTiles([&] { forwardTiles(y, b, w, xt, B, bp, I, O); });
   return true;
@@ -311,14 +312,14 @@ bool linearDataGradientAmx(Device& dev, float* dx, const std::uint16_t* dy, cons
   const int bp = (B + 31) / 32 * 32;
   const std::uint16_t* a = dy;
   if (bp != B) {  // dy's rows padded with zeros to whole A tiles
-    auto* padded = reinterpret_cast<std::uint16_t*>(dev.scratch(kScratchA, static_cast<std::size_t>(bp) * O / 2));
+    auto* padded = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kScratchA, static_cast<std::size_t>(bp) * O / 2));
     std::memcpy(padded, dy, static_cast<std::size_t>(B) * O * sizeof(std::uint16_t));
     std::memset(padded + static_cast<std::size_t>(B) * O, 0,
                 static_cast<std::size_t>(bp - B) * O * sizeof(std::uint16_t));
     a = padded;
   }
   // Accumulated in dx itself, or with padded rows in a buffer whose first B rows are then dx.
-  float* acc = bp == B ? dx : dev.scratch(kScratchB, static_cast<std::size_t>(bp) * I);
+  float* acc = bp == B ? dx : detail::scratch(dev, kScratchB, static_cast<std::size_t>(bp) * I);
   withTiles([&] { dataTiles(acc, a, w, bp, I, O); });
   if (acc != dx) std::memcpy(dx, acc, static_cast<std::size_t>(B) * I * sizeof(float));
   return true;

@@ -30,6 +30,7 @@
 #include <immintrin.h>
 #include <utility>
 
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 #include "linear_rows_step.hpp"
@@ -50,7 +51,7 @@ constexpr int kWholeSlot = 6;  // a batch padded to whole vectors
 // transpose (nchwToNhwc), through a copy padded to whole vectors when the batch is not.
 void toColumns(Device& dev, float* xT, const float* x, int batch, int in, int width) {
   if (batch < width) {
-    float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
+    float* whole = detail::scratch(dev, kWholeSlot, static_cast<std::size_t>(width) * in);
     std::copy(x, x + static_cast<std::size_t>(batch) * in, whole);
     std::fill(whole + static_cast<std::size_t>(batch) * in, whole + static_cast<std::size_t>(width) * in, 0.f);
     x = whole;
@@ -61,7 +62,7 @@ void toColumns(Device& dev, float* xT, const float* x, int batch, int in, int wi
 // xT [in][width] -> x [batch, in] (nhwcToNchw), the rows past the batch dropped.
 void fromColumns(Device& dev, float* x, const float* xT, int batch, int in, int width) {
   if (batch == width) return nhwcToNchw(x, xT, 1, width, in);
-  float* whole = dev.scratch(kWholeSlot, static_cast<std::size_t>(width) * in);
+  float* whole = detail::scratch(dev, kWholeSlot, static_cast<std::size_t>(width) * in);
   nhwcToNchw(whole, xT, 1, width, in);
   std::copy(whole, whole + static_cast<std::size_t>(batch) * in, x);
 }
@@ -184,7 +185,7 @@ struct DyAt {
 // straight from x).
 float* toPanels(Device& dev, const float* x, int batch, int in) {
   const int panels = (in + kLanes - 1) / kLanes;
-  float* xp = dev.scratch(kPanelsSlot, static_cast<std::size_t>(panels) * batch * kLanes);  // 64-byte aligned
+  float* xp = detail::scratch(dev, kPanelsSlot, static_cast<std::size_t>(panels) * batch * kLanes);  // 64-byte aligned
   for (int p = 0; p < panels; ++p) {
     const int n = std::min(kLanes, in - p * kLanes);
     for (int b = 0; b < batch; ++b) {
@@ -341,7 +342,7 @@ void linearForwardRows(Device& dev, float* y, const float* x, const float* w, co
                        int out) {
   if (!cpuHasAvx512() || linearRowsPortableSlot()) return rowsPortable(y, x, w, bias, batch, in, out);
   const int v = (batch + kLanes - 1) / kLanes;
-  float* xT = dev.scratch(kXtSlot, static_cast<std::size_t>(in) * v * kLanes);  // 64-byte aligned
+  float* xT = detail::scratch(dev, kXtSlot, static_cast<std::size_t>(in) * v * kLanes);  // 64-byte aligned
   toColumns(dev, xT, x, batch, in, v * kLanes);
   switch (v) {
     case 1: return allRows<1>(y, xT, w, bias, batch, in, out);
@@ -354,8 +355,8 @@ void linearForwardRows(Device& dev, float* y, const float* x, const float* w, co
 void linearDataGradientRows(Device& dev, float* dx, const float* dy, const float* w, int batch, int in, int out) {
   if (!cpuHasAvx512() || linearRowsPortableSlot()) return gradPortable(dx, dy, w, batch, in, out);
   const int v = (batch + kLanes - 1) / kLanes, width = v * kLanes;
-  float* dyT = dev.scratch(kXtSlot, static_cast<std::size_t>(out) * width);  // 64-byte aligned
-  float* dxT = dev.scratch(kDxtSlot, static_cast<std::size_t>(in) * width);
+  float* dyT = detail::scratch(dev, kXtSlot, static_cast<std::size_t>(out) * width);  // 64-byte aligned
+  float* dxT = detail::scratch(dev, kDxtSlot, static_cast<std::size_t>(in) * width);
   toColumns(dev, dyT, dy, batch, out, width);
   std::fill(dxT, dxT + static_cast<std::size_t>(in) * width, 0.f);
   switch (v) {
@@ -389,11 +390,11 @@ bool linearBackwardWithStep(Device& dev, float* dx, const float* dy, const float
        !fusesAdamInTiles()))
     return false;
   const int v = (batch + kLanes - 1) / kLanes, width = v * kLanes;
-  float* dyT = dev.scratch(kXtSlot, static_cast<std::size_t>(out) * width);  // 64-byte aligned
+  float* dyT = detail::scratch(dev, kXtSlot, static_cast<std::size_t>(out) * width);  // 64-byte aligned
   toColumns(dev, dyT, dy, batch, out, width);
   float* dxT = nullptr;
   if (dx) {
-    dxT = dev.scratch(kDxtSlot, static_cast<std::size_t>(in) * width);
+    dxT = detail::scratch(dev, kDxtSlot, static_cast<std::size_t>(in) * width);
     std::fill(dxT, dxT + static_cast<std::size_t>(in) * width, 0.f);
   }
   const float* xp = toPanels(dev, x, batch, in);

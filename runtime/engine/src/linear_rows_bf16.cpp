@@ -29,6 +29,7 @@
 #include <immintrin.h>
 #include <utility>
 
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 #include "linear_rows_step.hpp"
@@ -49,7 +50,7 @@ std::uint32_t pairOf(std::uint16_t low, std::uint16_t high) { return low | stati
 
 // dy [batch][out] bits -> [out][pairs] pairs (dy[b][o], dy[b+1][o]): dy^T, zeros past the batch.
 std::uint32_t* dyByBatch(Device& dev, const std::uint16_t* dy, int batch, int out, int pairs) {
-  auto* p = reinterpret_cast<std::uint32_t*>(dev.scratch(rows::kDxtSlot, static_cast<std::size_t>(out) * pairs));
+  auto* p = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, rows::kDxtSlot, static_cast<std::size_t>(out) * pairs));
   transposeBits(reinterpret_cast<std::uint16_t*>(p), dy, batch, out, 2 * pairs);
   return p;
 }
@@ -59,7 +60,7 @@ std::uint32_t* dyByBatch(Device& dev, const std::uint16_t* dy, int batch, int ou
 std::uint32_t* toPairPanels(Device& dev, const std::uint16_t* x, int batch, int in, int pairs) {
   const int panels = (in + kLanes - 1) / kLanes;
   auto* xp = reinterpret_cast<std::uint32_t*>(
-      dev.scratch(rows::kPanelsSlot, static_cast<std::size_t>(panels) * pairs * kLanes));  // 64-byte aligned
+      detail::scratch(dev, rows::kPanelsSlot, static_cast<std::size_t>(panels) * pairs * kLanes));  // 64-byte aligned
   for (int p = 0; p < panels; ++p)
     for (int j = 0; j < pairs; ++j) {
       const std::uint16_t* lo = x + static_cast<std::size_t>(2 * j) * in;
@@ -78,7 +79,7 @@ using Bh = __m512bh;
 // x [batch][in] bits -> [in / 2][width] pairs over the batch's lanes (pairsByColumn).
 std::uint32_t* xByPairs(Device& dev, const std::uint16_t* x, int batch, int in, int width) {
   auto* p = reinterpret_cast<std::uint32_t*>(
-      dev.scratch(rows::kXtSlot, static_cast<std::size_t>((in + 1) / 2) * width));
+      detail::scratch(dev, rows::kXtSlot, static_cast<std::size_t>((in + 1) / 2) * width));
   pairsByColumn(p, x, batch, in, width);
   return p;
 }
@@ -337,7 +338,7 @@ void weightSteps(Device& dev, const std::uint16_t* dy, const std::uint16_t* x, i
   const int pairs = (batch + 1) / 2;
   const std::uint32_t* dyB = dyByBatch(dev, dy, batch, out, pairs);
   const std::uint32_t* xp = toPairPanels(dev, x, batch, in, pairs);
-  float* g = dev.scratch(rows::kXtSlot, static_cast<std::size_t>(kTileRows) * in);  // free in this pass
+  float* g = detail::scratch(dev, rows::kXtSlot, static_cast<std::size_t>(kTileRows) * in);  // free in this pass
   for (int o0 = 0; o0 < out; o0 += kTileRows) {
     const int count = std::min(kTileRows, out - o0);
     // The rows' gradient as a gradient of rows 0..count-1 (dy^T from row o0 on) into g.
@@ -387,7 +388,7 @@ void linearDataGradientBf16(Device& dev, float* dx, const std::uint16_t* dy, con
   constexpr int R = 8;
   const int strips = (in + 31) / 32;
   auto* packed = reinterpret_cast<__m512i*>(  // 64-byte aligned, as every scratch slot
-      dev.scratch(rows::kXtSlot, static_cast<std::size_t>(std::min(strips, kPackStrips)) * kChunkRows * kLanes));
+      detail::scratch(dev, rows::kXtSlot, static_cast<std::size_t>(std::min(strips, kPackStrips)) * kChunkRows * kLanes));
   for (int o0 = 0; o0 < out; o0 += kChunkRows) {
     const int pairs = (std::min(kChunkRows, out - o0) + 1) / 2;
     for (int s0 = 0; s0 < strips; s0 += kPackStrips) {

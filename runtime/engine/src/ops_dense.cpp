@@ -5,6 +5,7 @@
 
 #include "conv_onednn.hpp"
 #include "xspawn/error.hpp"
+#include "device_internals.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 #include "ops.hpp"
@@ -362,7 +363,7 @@ constexpr int kLayoutSlotA = 6, kLayoutSlotB = 7;  // Device scratch for NHWC <-
 // An NCHW view of x: x itself, or a converted copy in scratch slot.
 const float* asNchw(Device& dev, int slot, const float* x, bool nhwc, int n, int c, int hw) {
   if (!nhwc) return x;
-  float* t = dev.scratch(slot, static_cast<std::size_t>(n) * c * hw);
+  float* t = detail::scratch(dev, slot, static_cast<std::size_t>(n) * c * hw);
   nhwcToNchw(t, x, n, c, hw);
   return t;
 }
@@ -419,7 +420,7 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
     ConvGeom p = g;
     p.srcNhwc = p.dstNhwc = false;
     const int ohw = g.oh() * g.ow();
-    float* yc = g.dstNhwc ? dev.scratch(kLayoutSlotB, static_cast<std::size_t>(g.n) * g.oc * ohw) : y;
+    float* yc = g.dstNhwc ? detail::scratch(dev, kLayoutSlotB, static_cast<std::size_t>(g.n) * g.oc * ohw) : y;
     conv2dForward(dev, yc, asNchw(dev, kLayoutSlotA, x, g.srcNhwc, g.n, g.c, g.h * g.w), w, b, p);
     if (g.dstNhwc) nchwToNhwc(y, yc, g.n, g.oc, ohw);
     return;
@@ -432,13 +433,13 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
     const float* col;
     if (nb == 1 && isPointwise(g)) col = x + static_cast<std::size_t>(n0) * g.c * ohw;
     else {
-      float* c = dev.scratch(0, static_cast<std::size_t>(ckk) * cols);
+      float* c = detail::scratch(dev, 0, static_cast<std::size_t>(ckk) * cols);
       im2col(c, x, g, n0, nb);
       col = c;
     }
     // yc [oc, nb*ohw] = w [oc, ckk] * col [ckk, nb*ohw]
     float* yc = nb == 1 ? y + static_cast<std::size_t>(n0) * g.oc * ohw
-                        : dev.scratch(1, static_cast<std::size_t>(g.oc) * cols);
+                        : detail::scratch(dev, 1, static_cast<std::size_t>(g.oc) * cols);
     gemm(dev, false, false, g.oc, cols, ckk, w, ckk, col, cols, 0.f, yc, cols);
     for (int im = 0; im < nb; ++im)
       for (int o = 0; o < g.oc; ++o) {
@@ -569,7 +570,7 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     const float* dyc;
     if (nb == 1) dyc = dy + static_cast<std::size_t>(n0) * g.oc * ohw;
     else {
-      float* t = dev.scratch(1, static_cast<std::size_t>(g.oc) * cols);
+      float* t = detail::scratch(dev, 1, static_cast<std::size_t>(g.oc) * cols);
       for (int im = 0; im < nb; ++im)
         for (int o = 0; o < g.oc; ++o)
           std::memcpy(t + static_cast<std::size_t>(o) * cols + static_cast<std::size_t>(im) * ohw,
@@ -587,7 +588,7 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     const float* col;
     if (direct) col = x + static_cast<std::size_t>(n0) * g.c * ohw;
     else {
-      float* c = dev.scratch(0, static_cast<std::size_t>(ckk) * cols);
+      float* c = detail::scratch(dev, 0, static_cast<std::size_t>(ckk) * cols);
       im2col(c, x, g, n0, nb);
       col = c;
     }
@@ -600,7 +601,7 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
       continue;
     }
     // dcol [ckk, cols] = w^T [ckk, oc] * dyc [oc, cols]
-    float* dcol = dev.scratch(2, static_cast<std::size_t>(ckk) * cols);
+    float* dcol = detail::scratch(dev, 2, static_cast<std::size_t>(ckk) * cols);
     gemm(dev, true, false, ckk, cols, g.oc, w, ckk, dyc, cols, 0.f, dcol, cols);
     std::memset(dxn, 0, static_cast<std::size_t>(nb) * g.c * g.h * g.w * sizeof(float));
     col2im(dx, dcol, g, n0, nb);

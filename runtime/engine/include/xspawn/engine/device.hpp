@@ -8,9 +8,12 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
-#include <vector>
 
 namespace xs::engine {
+
+namespace detail {
+struct DeviceInternals;
+}
 
 // How the matrix unit multiplies: fp32, or bf16 products with fp32 accumulation (a TPU's MXU).
 enum class Precision { kFp32, kBf16 };
@@ -59,25 +62,10 @@ class Device {
   std::size_t peak() const { return peak_; }
   void resetPeak() { peak_ = inUse_; }
 
-  // Scratch buffer number slot (0..kScratchSlots-1) of at least floats floats, 64-byte aligned
-  // (an arena allocation); reused by kernels (im2col columns, bf16 copies). Valid until the next
-  // call with the same slot.
-  static constexpr int kScratchSlots = 8;
-  float* scratch(int slot, std::size_t floats);
-
   // Host <-> device copies: the only way data enters or leaves the device.
   void copyToDevice(float* dst, const float* src, std::size_t floats);
   void copyToHost(float* dst, const float* src, std::size_t floats) const;
   std::uint64_t bytesToDevice() const { return bytesIn_; }
-
-  // State a kernel keeps per device (e.g. cached primitives and their staging buffers in this
-  // arena); released before the arena when the device goes away.
-  struct KernelState {
-    virtual ~KernelState() = default;
-  };
-  static constexpr int kKernelSlots = 2;
-  KernelState* kernelState(int slot) const { return kernelStates_[slot].get(); }
-  void setKernelState(int slot, std::unique_ptr<KernelState> s) { kernelStates_[slot] = std::move(s); }
 
  private:
   DeviceOptions options_;
@@ -88,9 +76,10 @@ class Device {
   std::size_t inUse_ = 0, peak_ = 0;
   std::map<std::size_t, std::size_t> free_;            // offset -> size of free blocks
   std::unordered_map<std::size_t, std::size_t> used_;  // offset -> size of live blocks
-  std::vector<std::pair<float*, std::size_t>> scratch_;
   std::uint64_t bytesIn_ = 0;
-  std::unique_ptr<KernelState> kernelStates_[kKernelSlots];
+  // The kernels' scratch buffers and cached state (the engine's internals).
+  friend struct detail::DeviceInternals;
+  std::unique_ptr<detail::DeviceInternals> internals_;
 };
 
 }  // namespace xs::engine
