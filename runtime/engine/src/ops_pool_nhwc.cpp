@@ -273,6 +273,15 @@ template <int L, bool kTiled, bool kRound>
     }
 }
 
+// Calls fn(iy, ix) for the pixels of tiling windows (stride = size) that no whole window
+// covers, the rows and columns past the last one: their gradient is zero.
+template <class Fn>
+[[gnu::always_inline]] inline void forUncoveredPixels(const PoolGeom& g, Fn fn) {
+  const int rows = g.oh() * g.k, cols = g.ow() * g.k;
+  for (int iy = 0; iy < g.h; ++iy)
+    for (int ix = iy < rows ? cols : 0; ix < g.w; ++ix) fn(iy, ix);
+}
+
 template <bool kTiled, bool kRound>
 [[gnu::always_inline]] inline void poolGrad(float* dx, const float* dy, const std::uint16_t* code, const PoolGeom& g) {
   const int oh = g.oh(), ow = g.ow(), c = g.c;
@@ -280,12 +289,12 @@ template <bool kTiled, bool kRound>
   const ChannelLayout out{g.dyBlocked, c, static_cast<std::size_t>(oh) * ow};
   if constexpr (!kTiled) std::memset(dx, 0, g.n * in.hw * c * sizeof(float));
   for (int n = 0; n < g.n; ++n) {
-    if constexpr (kTiled)  // rows and columns past the last whole window belong to none: zero
-      for (int iy = 0; iy < g.h; ++iy)
-        for (int ix = iy < oh * g.k ? ow * g.k : 0; ix < g.w; ++ix)
-          for (int j = 0; j < c; j += g.dxBlocked ? kBlock : c)
-            std::memset(dx + in.at(n, j, static_cast<std::size_t>(iy) * g.w + ix), 0,
-                        (g.dxBlocked ? kBlock : c) * sizeof(float));
+    if constexpr (kTiled)
+      forUncoveredPixels(g, [&](int iy, int ix) {
+        for (int j = 0; j < c; j += g.dxBlocked ? kBlock : c)
+          std::memset(dx + in.at(n, j, static_cast<std::size_t>(iy) * g.w + ix), 0,
+                      (g.dxBlocked ? kBlock : c) * sizeof(float));
+      });
     for (int oy = 0; oy < oh; ++oy)
       for (int ox = 0; ox < ow; ++ox) {
         const std::size_t p = static_cast<std::size_t>(oy) * ow + ox, o = (n * out.hw + p) * c;
@@ -346,10 +355,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Backward512(
               _mm512_storeu_ps(d + at, _mm512_maskz_mov_ps(picks(codes, i), grad));
             }
           }
-        // rows and columns past the last whole window belong to none: zero
-        for (int iy = 0; iy < h; ++iy)
-          for (int ix = iy < 2 * oh ? 2 * ow : 0; ix < w; ++ix)
-            _mm512_storeu_ps(d + (static_cast<std::size_t>(iy) * w + ix) * xs, zero);
+        forUncoveredPixels(
+            g, [&](int iy, int ix) __attribute__((target("avx512f"))) { _mm512_storeu_ps(d + (static_cast<std::size_t>(iy) * w + ix) * xs, zero); });
       } else {
         for (int iy = 0; iy < h; ++iy)
           for (int ix = 0; ix < w; ++ix) {
