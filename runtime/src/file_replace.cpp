@@ -28,6 +28,17 @@ int writeAll(int fd, std::initializer_list<std::string_view> pieces) {
 
 }  // namespace
 
+int probeReplaceable(const std::string& path) {
+  const std::string dir = directoryOf(path), tmp = replaceTempName(path);
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  const bool named = fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR);  // no O_TMPFILE here
+  if (named) fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return errno == EEXIST ? 0 : errno;  // a leftover tmp: replaceFile replaces it
+  ::close(fd);
+  if (named) ::unlink(tmp.c_str());
+  return 0;
+}
+
 ReplaceResult replaceFile(const std::string& path, std::initializer_list<std::string_view> pieces, bool durable) {
   const std::string dir = directoryOf(path), tmp = replaceTempName(path);
   // Unnamed until complete: a process killed while writing leaves nothing. Where the

@@ -34,4 +34,8 @@ inline std::string replaceTempName(const std::string& path) { return path + ".tm
 ReplaceResult replaceFile(const std::string& path, std::initializer_list<std::string_view> pieces,
                           bool durable = false);
 
+// Whether replaceFile could create `path`'s file in its directory, tried without leaving a
+// name behind: 0, or the errno of the failure (a missing or read-only directory).
+int probeReplaceable(const std::string& path);
+
 }  // namespace xs::detail

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "context.hpp"
+#include "file_replace.hpp"
 #include "machine_proxy.hpp"
 #include "supervisor.hpp"
 #include "telemetry.hpp"
@@ -55,13 +56,10 @@ void Supervisor::observeStart() {
            fmt::format("the trace keeps {} spans per rank; give 1024 to 67108864", options_.traceEvents));
   // A trace that cannot be written is said now, not after the job ran for an hour.
   const std::string path = machineTracePath(options_.traceFile, place_.machine, place_.machines);
-  const std::string probe = fmt::format("{}.tmp-{}", path, ::getpid());
-  std::FILE* f = std::fopen(probe.c_str(), "w");
-  XS_CHECK(f != nullptr, UsageError,
+  const int err = probeReplaceable(path);
+  XS_CHECK(err == 0, UsageError,
            fmt::format("--trace {}: cannot create it ({}); give a file in an existing, writable directory", path,
-                       std::strerror(errno)));
-  std::fclose(f);
-  std::remove(probe.c_str());
+                       std::strerror(err)));
   trace_ = std::make_unique<TraceWriter>(startNs(), static_cast<int>(::getpid()), place_.machine);
 }
 

@@ -86,6 +86,12 @@ TEST_F(FileReplace, EachFailingStepIsNamedAndLeavesTheOldFileAndNoTemporary) {
   EXPECT_EQ(names(), std::vector<std::string>{"report.json"});
 }
 
+TEST_F(FileReplace, AProbeSaysWhetherTheFileCanBeWrittenAndLeavesNothing) {
+  EXPECT_EQ(detail::probeReplaceable(path_), 0);
+  EXPECT_TRUE(names().empty());
+  EXPECT_EQ(detail::probeReplaceable((dir_ / "missing" / "trace.json").string()), ENOENT);
+}
+
 TEST_F(FileReplace, AWriterKilledInTheMiddleLeavesTheOldFileAndNothingElse) {
   ASSERT_TRUE(replaceFile(path_, {"old"}));
   const pid_t child = ::fork();

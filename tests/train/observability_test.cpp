@@ -33,7 +33,7 @@ json readJson(const fs::path& file) {
 
 bool noTemporaries(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().find(".tmp-") != std::string::npos) return false;
+    if (e.path().extension() == ".tmp") return false;
   return true;
 }
 
