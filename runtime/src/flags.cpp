@@ -4,17 +4,19 @@
 
 #include <string>
 
+#include "flags_text.hpp"
+
 namespace xs {
 
-std::string Flags::serialize() const {
+std::string detail::serializeFlags(const Flags& flags) {
   std::string out;
-  for (const auto& [k, v] : values_) {
+  for (const auto& [k, v] : flags.values()) {
     out += std::to_string(k.size()) + ":" + k + std::to_string(v.size()) + ":" + v;
   }
   return out;
 }
 
-Flags Flags::deserialize(std::string_view text) {
+Flags detail::deserializeFlags(std::string_view text) {
   Flags flags;
   std::size_t pos = 0;
   auto field = [&](std::string& out) {

@@ -8,13 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "control.hpp"
+#include "subprocess.hpp"
 
 namespace xs {
 
-std::string signalName(int signal) {
+std::string detail::signalName(int signal) {
   if (const char* abbrev = sigabbrev_np(signal)) return std::string("SIG") + abbrev;
   return fmt::format("signal {}", signal);
 }
+
+using detail::signalName;
 
 std::string RankOutcome::describeEnd() const {
   if (!started) return "never started";

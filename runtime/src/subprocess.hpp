@@ -14,6 +14,9 @@ struct Captured {
   bool timedOut = false;  // killed when the budget ran out
 };
 
+// "SIGSEGV" for 11 (report.cpp).
+std::string signalName(int signal);
+
 // Runs argv[0] (a path) with its stdout captured (and its stderr, when `withStderr`; else
 // stderr passes through), with the signal mask cleared, for at most `budget`.
 Captured runCaptured(const std::vector<std::string>& argv, bool withStderr,

@@ -24,6 +24,8 @@
 #include "cpus.hpp"
 #include "control.hpp"
 #include "fault.hpp"
+#include "flags_text.hpp"
+#include "subprocess.hpp"
 #include "torch_env.hpp"
 #include "xspawn/error.hpp"
 
@@ -262,7 +264,7 @@ void Supervisor::childMain(int rank, int outFd, int errFd) {
   for (const std::string& kv : options_.extraEnv) ::putenv(const_cast<char*>(kv.c_str()));
 
   if (options_.startMethod == StartMethod::kExec) {
-    ::setenv(kEnvFlags, options_.flags.serialize().c_str(), 1);
+    ::setenv(kEnvFlags, serializeFlags(options_.flags).c_str(), 1);
     std::vector<char*> argv;
     for (std::string& a : execArgv_) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -19,6 +19,7 @@
 #include "context.hpp"
 #include "file_replace.hpp"
 #include "machine_proxy.hpp"
+#include "subprocess.hpp"
 #include "supervisor.hpp"
 #include "telemetry.hpp"
 #include "utilisation.hpp"

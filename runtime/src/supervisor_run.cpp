@@ -11,6 +11,7 @@
 #include "context.hpp"
 #include "control.hpp"
 #include "file_replace.hpp"
+#include "flags_text.hpp"
 #include "supervisor.hpp"
 #include "telemetry.hpp"
 #include "xspawn/error.hpp"
@@ -295,7 +296,7 @@ JobResult spawnWorkers(WorkerFn fn, SpawnOptions options) {
     // xs::spawn, where they are the same) on top; `xspawn run` hands down none.
     Flags flags = options.flags;
     if (const char* f = std::getenv(kEnvFlags)) {
-      const Flags handed = Flags::deserialize(f);
+      const Flags handed = deserializeFlags(f);
       for (const auto& [key, value] : handed.values()) flags.set(key, value);
     }
     int code = runWorkerFunction(fn, get_ordinal(), flags);

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "control.hpp"
+#include "flags_text.hpp"
 #include "process_runner.hpp"
 #include "segment.hpp"
 #include "xspawn/error.hpp"
@@ -29,7 +30,7 @@ TEST(ControlTest, RankRanges) {
 TEST(ControlTest, FlagsSurviveTheEnvironment) {
   Flags f;
   f.set("lr", 0.001).set("name", std::string("a:b\nc")).set("n", 8);
-  Flags g = Flags::deserialize(f.serialize());
+  Flags g = detail::deserializeFlags(detail::serializeFlags(f));
   EXPECT_EQ(g.values(), f.values());
   EXPECT_EQ(g.get<int>("n", 0), 8);
   EXPECT_EQ(g.get("missing", "x"), "x");

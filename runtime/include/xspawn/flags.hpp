@@ -11,9 +11,11 @@
 
 namespace xs {
 
+// String keys and values; set() chains; get<T>() converts.
 class Flags {
  public:
   Flags() = default;
+  // Sets `key` (replacing a value it had); the second form writes `value` with operator<<.
   Flags& set(std::string key, std::string value) {
     values_[std::move(key)] = std::move(value);
     return *this;
@@ -24,6 +26,7 @@ class Flags {
     out << value;
     return set(std::move(key), out.str());
   }
+  // Whether `key` was set.
   bool has(std::string_view key) const { return values_.find(std::string(key)) != values_.end(); }
   // The value of `key` converted to T, or `fallback` when absent; a value that does not
   // convert throws UsageError naming the key.
@@ -43,17 +46,16 @@ class Flags {
       return value;
     }
   }
+  // get<std::string> for a literal fallback.
   std::string get(std::string_view key, const char* fallback) const {
     return get<std::string>(key, std::string(fallback));
   }
+  // Every key and its value, in key order.
   const std::map<std::string, std::string>& values() const { return values_; }
   // Flags from a program's command line: "--key value", "--key=value" or "key=value"; a lone
   // "--switch" (followed by another option or nothing) is "1". UsageError on anything else,
   // naming the argument.
   static Flags fromArgs(int argc, const char* const* argv);
-  // "key=value" lines, and back: how flags travel to exec'd workers.
-  std::string serialize() const;
-  static Flags deserialize(std::string_view text);
 
  private:
   std::map<std::string, std::string> values_;

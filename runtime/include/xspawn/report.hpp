@@ -159,7 +159,4 @@ struct JobReport {
   std::string json() const;
 };
 
-// "SIGSEGV" for 11.
-std::string signalName(int signal);
-
 }  // namespace xs

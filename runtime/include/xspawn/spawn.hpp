@@ -70,11 +70,11 @@ struct JobResult {
   bool succeeded() const { return exitCode == 0; }
 };
 
-using WorkerFn = std::function<int(int index, const Flags& flags)>;
-
 namespace detail {
+// spawn's worker function, with an int result whatever the caller's returns.
+using WorkerFn = std::function<int(int index, const Flags& flags)>;
 JobResult spawnWorkers(WorkerFn fn, SpawnOptions options);
-}
+}  // namespace detail
 
 // Runs fn(index, options.flags) in `nprocs` processes (0: one per usable core, usableCores()), supervises
 // them and returns when all have ended. A worker process ends when fn returns: exit code 0
@@ -83,7 +83,7 @@ JobResult spawnWorkers(WorkerFn fn, SpawnOptions options);
 template <class Fn>
 JobResult spawn(Fn&& fn, int nprocs, SpawnOptions options = {}) {
   options.nprocs = nprocs;
-  WorkerFn wrapped = [f = std::forward<Fn>(fn)](int index, const Flags& flags) -> int {
+  detail::WorkerFn wrapped = [f = std::forward<Fn>(fn)](int index, const Flags& flags) -> int {
     if constexpr (std::is_void_v<std::invoke_result_t<Fn&, int, const Flags&>>) {
       f(index, flags);
       return 0;

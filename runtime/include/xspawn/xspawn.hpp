@@ -29,15 +29,21 @@ struct DeviceInfo {
 // Attaches this process to its job (from the XSPAWN_* environment set by the launcher).
 // Outside xspawn it makes a world of one, so a program also runs on its own. Idempotent.
 void init();
+// Whether init() ran (it runs by itself at the first call below).
 bool initialized();
 
+// This rank's global ordinal (torch_xla's xm.get_ordinal), 0 .. world_size() - 1.
 int get_ordinal();
+// This rank's ordinal on its machine, 0 .. local_world_size() - 1.
 int get_local_ordinal();
+// The ranks of the job, and of this machine (the same on one machine).
 int world_size();
 int local_world_size();
 // The master of the machine (local = true) or of the whole job (local = false).
 bool is_master_ordinal(bool local = true);
+// This worker's emulated core.
 const DeviceInfo& device();
+// The job's id, as the launcher printed it ("standalone" outside a job).
 const std::string& job_id();
 // How many times the job's gang was restarted before this worker started (0: the first
 // start; see SpawnOptions::maxRestarts and --max-restarts), as torchrun's
@@ -62,6 +68,7 @@ void master_print(fmt::format_string<Args...> format, Args&&... args) {
 // where; past the deadline (--timeout) it fails with TimeoutError listing every rank's last
 // tag; a peer that died makes it fail with AbortedError naming the peer.
 std::vector<std::string> rendezvous(std::string_view tag, std::string_view payload = {});
+// A rendezvous without payloads.
 void barrier(std::string_view tag = "barrier");
 
 // Rendezvous with `value` from every rank, then reduce_fn: either over the whole list

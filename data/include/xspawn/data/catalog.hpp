@@ -1,4 +1,4 @@
-// catalog.h: selecting a dataset by name (fashion-mnist | mnist | cifar10 | synthetic) and a data
+// catalog.hpp: selecting a dataset by name (fashion-mnist | mnist | cifar10 | synthetic) and a data
 // directory, and the default choice (Fashion-MNIST when installed, synthetic otherwise).
 #pragma once
 

@@ -1,4 +1,4 @@
-// cifar.h: reader for the CIFAR-10 binary version. Each record is 1 label byte (0..9) then
+// cifar.hpp: reader for the CIFAR-10 binary version. Each record is 1 label byte (0..9) then
 // 3072 pixel bytes (1024 red, 1024 green, 1024 blue, rows of 32). Train = data_batch_1..5.bin,
 // test = test_batch.bin, found in DIR or DIR/cifar-10-batches-bin.
 #pragma once

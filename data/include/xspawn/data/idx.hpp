@@ -1,4 +1,4 @@
-// idx.h: readers for the IDX format of MNIST and Fashion-MNIST (gzip or raw).
+// idx.hpp: readers for the IDX format of MNIST and Fashion-MNIST (gzip or raw).
 //   images: magic 0x00000803, then count, rows, cols (big-endian uint32), then count*rows*cols bytes
 //   labels: magic 0x00000801, then count, then count bytes
 // File names: {train,t10k}-{images-idx3,labels-idx1}-ubyte, optionally with ".gz".

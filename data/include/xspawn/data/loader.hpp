@@ -1,4 +1,4 @@
-// loader.h: a parallel, prefetching batch loader (the role of PyTorch's DataLoader plus
+// loader.hpp: a parallel, prefetching batch loader (the role of PyTorch's DataLoader plus
 // PyTorch/XLA's ParallelLoader). Background threads decode, transform and assemble batches of
 // this rank's sampler indices ahead of the consumer, at most `prefetch` batches ahead, and call
 // an optional transfer hook on the background thread so the batch is on the device before the

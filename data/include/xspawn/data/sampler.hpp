@@ -1,4 +1,4 @@
-// sampler.h: a distributed sampler with the semantics of torch.utils.data.DistributedSampler:
+// sampler.hpp: a distributed sampler with the semantics of torch.utils.data.DistributedSampler:
 //  - shuffle: a deterministic permutation from (seed + epoch) (our own Fisher-Yates on SplitMix64,
 //    so the order is not torch's bit for bit); otherwise 0..n-1;
 //  - every rank gets numSamples() indices: ceil(n / replicas), padded by repeating indices from

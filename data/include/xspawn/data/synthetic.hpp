@@ -1,4 +1,4 @@
-// synthetic.h: a deterministic, learnable synthetic dataset. Each class has a smooth random
+// synthetic.hpp: a deterministic, learnable synthetic dataset. Each class has a smooth random
 // template (a 4x4 grid of intensities bilinearly upsampled); each sample is its class template
 // plus Gaussian noise, quantised to uint8. Everything is a function of the seed.
 #pragma once

@@ -1,4 +1,4 @@
-// transform.h: per-image transforms as torchvision applies them, on float32 CHW images:
+// transform.hpp: per-image transforms as torchvision applies them, on float32 CHW images:
 //   to float [0,1] -> bilinear resize -> gray to RGB -> random crop with zero padding
 //   -> random horizontal flip -> per-channel normalisation.
 // Resize matches torch.nn.functional.interpolate(mode="bilinear", align_corners=False,

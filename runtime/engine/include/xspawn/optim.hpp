@@ -43,6 +43,8 @@ struct AdadeltaOptions {
   float lr = 1.0f, rho = 0.9f, eps = 1e-6f, weightDecay = 0.f;
 };
 
+// What every optimizer is: the built-in ones (SGD, Adam, AdamW, Adadelta) and one's own, which
+// derives from it (examples/own_optimizer.cpp).
 class Optimizer {
  public:
   virtual ~Optimizer();
@@ -53,8 +55,11 @@ class Optimizer {
   // own says so by calling checkNotInBackward("step()") first.
   virtual void step() = 0;
   virtual const char* kind() const = 0;  // "sgd", "adam", "adamw" or "adadelta"
+  // The learning rate the next step uses (a schedule sets it before every step).
   float lr() const { return lr_; }
   void setLr(float lr) { lr_ = lr; }
+  // The steps made so far (Adam's bias correction counts them); setSteps restores the count
+  // with the state() buffers (loadCheckpoint does).
   std::uint64_t steps() const { return steps_; }
   void setSteps(std::uint64_t n) { steps_ = n; }
   // The parameters it updates (xs::optimizer_step checks they are its model's).

@@ -38,13 +38,17 @@ struct DeviceOptions {
 // Parses a memory size such as "512M", "4G", "1073741824" into bytes; throws UsageError.
 std::size_t parseMemorySize(const std::string& text);
 
+// One emulated core. Not copyable; its tensors, models and optimizers must not outlive it.
 class Device {
  public:
+  // Reserves the arena (virtual memory, touched as used) and binds the thread when asked;
+  // UsageError on bad options.
   explicit Device(const DeviceOptions& options = {});
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
+  // "xcore:<ordinal>", and what the options say.
   const std::string& name() const { return name_; }
   int ordinal() const { return options_.ordinal; }
   Precision precision() const { return options_.precision; }
@@ -54,9 +58,12 @@ class Device {
   // transparent huge pages); the kernel still grants them only where it has free 2 MiB pages.
   bool hugePages() const { return hugePages_; }
 
-  // Arena allocation, 64-byte aligned; what names the buffer in out-of-memory errors.
+  // Arena allocation, 64-byte aligned; what names the buffer in out-of-memory errors
+  // (OutOfMemoryError, with the arena's use and how to fix it). release(p) gives it back.
   float* allocate(std::size_t floats, const char* what);
   void release(float* p);
+  // The arena's size, the bytes allocated now, the most ever allocated at once (since
+  // resetPeak(), which starts the count again from now, as torch.cuda.reset_peak_memory_stats).
   std::size_t capacity() const { return options_.memoryBytes; }
   std::size_t inUse() const { return inUse_; }
   std::size_t peak() const { return peak_; }
@@ -65,6 +72,7 @@ class Device {
   // Host <-> device copies: the only way data enters or leaves the device.
   void copyToDevice(float* dst, const float* src, std::size_t floats);
   void copyToHost(float* dst, const float* src, std::size_t floats) const;
+  // The bytes copyToDevice moved so far (what a step's input costs).
   std::uint64_t bytesToDevice() const { return bytesIn_; }
 
  private:

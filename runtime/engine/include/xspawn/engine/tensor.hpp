@@ -11,12 +11,14 @@
 
 namespace xs::engine {
 
+// Up to 4 dims; d[i] for i >= rank is 0.
 struct Shape {
   std::array<int, 4> d{0, 0, 0, 0};
   int rank = 0;
   Shape() = default;
-  Shape(std::initializer_list<int> dims);
+  Shape(std::initializer_list<int> dims);  // ShapeError unless 1 to 4 dims
   int operator[](int i) const { return d[i]; }
+  // The number of elements (the product of the dims).
   std::size_t numel() const;
   // Product of the dims after the first (features per sample).
   std::size_t perSample() const;
@@ -39,7 +41,9 @@ enum class DType { kF32, kBf16 };
 // A move-only float32 tensor owned by a device; memory returns to the arena on destruction.
 class Tensor {
  public:
-  Tensor() = default;
+  Tensor() = default;  // empty: no device, no memory
+  // shape.numel() floats from dev's arena (contents undefined); `what` names it in an
+  // out-of-memory error.
   Tensor(Device& dev, const Shape& shape, const char* what = "tensor");
   ~Tensor();
   Tensor(Tensor&& o) noexcept;
@@ -54,6 +58,7 @@ class Tensor {
   void ensure(Device& dev, const Shape& shape, const char* what = "tensor");
   // Same memory, new shape of the same size (flatten).
   void reshape(const Shape& shape);
+  // Every element 0.
   void zero();
 
   float* data() { return data_; }
@@ -61,6 +66,7 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   std::size_t numel() const { return shape_.numel(); }
   bool empty() const { return data_ == nullptr; }
+  // How the buffer is laid out (Layout); its writer sets it.
   Layout layout() const { return layout_; }
   void setLayout(Layout l) { layout_ = l; }
   // Set by the module that wrote this activation: its backward takes the gradient of it in
@@ -68,6 +74,7 @@ class Tensor {
   // then hand the gradient back in that layout, and skip a reorder on both sides.
   bool blockedGrad() const { return blockedGrad_; }
   void setBlockedGrad(bool v) { blockedGrad_ = v; }
+  // What the buffer holds (DType); its writer sets it.
   DType dtype() const { return dtype_; }
   void setDtype(DType t) { dtype_ = t; }
   // Float32 values that are all bfloat16 values: the module that wrote them rounded them (in a
@@ -79,6 +86,7 @@ class Tensor {
   // bf16. The module reading it alone may then hand the gradient back rounded (bf16Values).
   bool bf16Grad() const { return bf16Grad_; }
   void setBf16Grad(bool v) { bf16Grad_ = v; }
+  // The device whose arena holds it (null when empty).
   Device* device() const { return dev_; }
 
  private:
