@@ -29,7 +29,8 @@ struct DeviceInfo {
 // Attaches this process to its job (from the XSPAWN_* environment set by the launcher).
 // Outside xspawn it makes a world of one, so a program also runs on its own. Idempotent.
 void init();
-// Whether init() ran (it runs by itself at the first call below).
+// Whether this process is attached (init() ran, or xs::spawn runs it as a worker). The calls
+// below throw NotInitializedError before that.
 bool initialized();
 
 // This rank's global ordinal (torch_xla's xm.get_ordinal), 0 .. world_size() - 1.
