@@ -407,6 +407,27 @@ TEST_F(LauncherTest, BenchJsonToAPathItCannotWriteIsRefusedBeforeMeasuring) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(earlier), {}), "earlier rows\n");
 }
 
+// The rows replace the file whole at the end: a write that fails then (here its temporary name
+// is taken by a directory) says why, exits 1 and keeps the rows that were there.
+TEST_F(LauncherTest, BenchJsonThatCannotBeReplacedKeepsTheEarlierRows) {
+  TempDir dir("bench-json-kept");
+  const std::string path = dir.path + "/rows.json";
+  std::ofstream(path) << "earlier rows\n";
+  std::filesystem::create_directory(path + ".tmp");
+  Job job = runJob({"--nprocs", "2"}, {"bench", "barrier", "--iters", "10", "--repeats", "1", "--waits", "futex",
+                                       "--json", path});
+  EXPECT_EQ(job.run.exitCode, 1) << job.run.out << job.run.err;
+  EXPECT_EQ(linesWith(job.run.err, fmt::format("bench barrier: writing --json {} failed (File exists); check its "
+                                               "directory's free space and permissions",
+                                               path))
+                .size(),
+            1u)
+      << job.run.err;
+  std::ifstream earlier(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(earlier), {}), "earlier rows\n");
+  expectClean(job);
+}
+
 // In place in the shared heap, the warm-up goes round every rotated buffer (64 at 64 KiB) before
 // the timing: the results stay right and the heap is released.
 TEST_F(LauncherTest, BenchZeroCopyWarmsEveryRotatedBufferAndChecksOut) {
