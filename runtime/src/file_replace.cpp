@@ -10,9 +10,14 @@
 namespace xs::detail {
 namespace {
 
-std::string directoryOf(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash + 1);
+// The file a replacement writes, opened for writing: unnamed in path's directory until
+// complete (a process killed while writing leaves nothing), or, where the filesystem has no
+// O_TMPFILE, named replaceTempName(path) from the start (*named). -1 and errno on failure.
+int openReplacement(const std::string& path, bool* named) {
+  int fd = ::open(directoryOf(path).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  *named = fd < 0;
+  if (*named) fd = ::open(replaceTempName(path).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  return fd;
 }
 
 int writeAll(int fd, std::initializer_list<std::string_view> pieces) {
@@ -28,24 +33,24 @@ int writeAll(int fd, std::initializer_list<std::string_view> pieces) {
 
 }  // namespace
 
+std::string directoryOf(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash + 1);
+}
+
 int probeReplaceable(const std::string& path) {
-  const std::string dir = directoryOf(path), tmp = replaceTempName(path);
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  const bool named = fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR);  // no O_TMPFILE here
-  if (named) fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return errno == EEXIST ? 0 : errno;  // a leftover tmp: replaceFile replaces it
+  bool named = false;
+  const int fd = openReplacement(path, &named);
+  if (fd < 0) return errno;
   ::close(fd);
-  if (named) ::unlink(tmp.c_str());
+  if (named) ::unlink(replaceTempName(path).c_str());
   return 0;
 }
 
 ReplaceResult replaceFile(const std::string& path, std::initializer_list<std::string_view> pieces, bool durable) {
-  const std::string dir = directoryOf(path), tmp = replaceTempName(path);
-  // Unnamed until complete: a process killed while writing leaves nothing. Where the
-  // filesystem has no O_TMPFILE, the file is named from the start.
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  const bool named = fd < 0;
-  if (named) fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const std::string tmp = replaceTempName(path);
+  bool named = false;
+  const int fd = openReplacement(path, &named);
   if (fd < 0) return {ReplaceStep::kCreate, errno};
   int err = writeAll(fd, pieces);
   if (err == 0 && durable && ::fsync(fd) != 0) err = errno;
@@ -68,7 +73,7 @@ ReplaceResult replaceFile(const std::string& path, std::initializer_list<std::st
     return {ReplaceStep::kRename, err};
   }
   if (!durable) return {};
-  const int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dirFd = ::open(directoryOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dirFd < 0) return {ReplaceStep::kSyncDir, errno};
   err = ::fsync(dirFd) == 0 ? 0 : errno;
   ::close(dirFd);

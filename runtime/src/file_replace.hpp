@@ -27,6 +27,8 @@ struct ReplaceResult {
 
 // The name the file has between its completion and the rename.
 inline std::string replaceTempName(const std::string& path) { return path + ".tmp"; }
+// The directory the file is written in ("dir/" of "dir/name", "." of "name").
+std::string directoryOf(const std::string& path);
 
 // Writes the pieces one after the other into `path`; `durable` also syncs the file before the
 // rename and the directory after it (a crash of the machine keeps one of the two versions).

@@ -9,11 +9,11 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "file_replace.hpp"
+#include "process_runner.hpp"
 
 namespace xs::test {
 namespace {
@@ -25,27 +25,15 @@ using detail::replaceFile;
 
 class FileReplace : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("xs-file-replace-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-    path_ = (dir_ / "report.json").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  static std::string read(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  }
   std::vector<std::string> names() const {
     std::vector<std::string> out;
     for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename().string());
     return out;
   }
 
-  fs::path dir_;
-  std::string path_;
+  TempDir temp_{"file-replace"};
+  fs::path dir_ = temp_.path;
+  std::string path_ = (dir_ / "report.json").string();
 };
 
 TEST_F(FileReplace, NewContentsReplaceTheOldAndAStaleTemporaryIsRemoved) {
@@ -54,7 +42,7 @@ TEST_F(FileReplace, NewContentsReplaceTheOldAndAStaleTemporaryIsRemoved) {
   std::ofstream(detail::replaceTempName(path_)) << "half of a repo";
   const ReplaceResult r = replaceFile(path_, {"{\"a\":", "1}", "\n"}, true);
   EXPECT_TRUE(r) << r.err;
-  EXPECT_EQ(read(path_), "{\"a\":1}\n");
+  EXPECT_EQ(readFile(path_), "{\"a\":1}\n");
   EXPECT_EQ(names(), std::vector<std::string>{"report.json"});
 }
 
@@ -82,7 +70,7 @@ TEST_F(FileReplace, EachFailingStepIsNamedAndLeavesTheOldFileAndNoTemporary) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  EXPECT_EQ(read(path_), "old");
+  EXPECT_EQ(readFile(path_), "old");
   EXPECT_EQ(names(), std::vector<std::string>{"report.json"});
 }
 
@@ -105,7 +93,7 @@ TEST_F(FileReplace, AWriterKilledInTheMiddleLeavesTheOldFileAndNothingElse) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ) << status;
-  EXPECT_EQ(read(path_), "old");
+  EXPECT_EQ(readFile(path_), "old");
   EXPECT_EQ(names(), std::vector<std::string>{"report.json"});
 }
 

@@ -84,7 +84,6 @@ void saveCheckpoint(const std::string& path, Model& model, optim::Optimizer* opt
 
 void writeFileAtomically(const std::string& path, const std::string& bytes, const std::string& what) {
   const std::string tmp = xs::detail::replaceTempName(path);
-  const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
   const xs::detail::ReplaceResult r = xs::detail::replaceFile(path, {bytes}, true);
   const std::string error = std::strerror(r.err);
   switch (r.step) {
@@ -101,7 +100,8 @@ void writeFileAtomically(const std::string& path, const std::string& bytes, cons
                                     "; check that nothing else has that name and the directory is writable (the "
                                     "previous " + what + " is intact)");
     case xs::detail::ReplaceStep::kSyncDir:
-      XS_THROW(CheckpointError, "syncing directory '" + dir + "' of " + what + " '" + path + "' failed: " + error);
+      XS_THROW(CheckpointError, "syncing directory '" + xs::detail::directoryOf(path) + "' of " + what + " '" +
+                                    path + "' failed: " + error);
   }
 }
 
