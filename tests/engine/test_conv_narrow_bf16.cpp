@@ -1,8 +1,9 @@
-// test_conv_narrow_bf16.cpp: native bf16's narrow convolutions on vdpbf16ps (narrowBf16 in
-// conv_narrow_forward.cpp, conv_narrow_data.cpp, conv_narrow_weights.cpp and
-// conv_one_channel_bf16.cpp): the forward, the input gradient and the weight and bias gradients
-// against scalar sums of the same pairs in the same order, bit for bit, and against fp32 on the
-// rounded operands to its tolerance; where they do not apply, the emulated kernels' bits. A pair
+// test_conv_narrow_bf16.cpp: native bf16's own convolution kernels on vdpbf16ps (narrowBf16 in
+// conv_narrow_forward.cpp, conv_narrow_data.cpp, conv_narrow_weights.cpp,
+// conv_one_channel_bf16.cpp, and the wide weight gradient of conv_wide_weights_bf16.cpp): the
+// forward, the input gradient and the weight and bias gradients against scalar sums of the same
+// pairs in the same order, bit for bit, and against fp32 on the rounded operands to its
+// tolerance; where they do not apply, the emulated kernels' bits. A pair
 // adds its high half's product first, and a product of two bf16 values is exact in fp32, so each
 // of its two steps is a fused multiply-add. The patterns hold no denormals, which vdpbf16ps
 // reads as zeros.
@@ -327,6 +328,76 @@ TEST_F(ConvNarrowBf16, OneChannelPassesMatchTheirPairSumsBitForBit) {
         EXPECT_EQ(got.dw, want.dw) << where;
         EXPECT_EQ(got.db, want.db) << where;
       }
+}
+
+// The wide weight gradient (conv_wide_weights_bf16.cpp): from zero over pairs of images (2 np,
+// 2 np + 1), rows and pixels, then added to start; an odd batch's last image pairs with zeros.
+Grads wideWeightReference(const Operands& a, const Grads& start) {
+  const ConvGeom& g = a.g;
+  auto X = [&](int n, int iy, int ix, int ci) { return n < g.n ? a.X(n, iy, ix, ci) : 0.f; };
+  auto D = [&](int n, int oy, int ox, int o) { return n < g.n ? a.D(n, oy, ox, o) : 0.f; };
+  Grads r = start;
+  for (int o = 0; o < g.oc; ++o) {
+    for (int ci = 0; ci < g.c; ++ci)
+      for (int ky = 0; ky < g.kh; ++ky)
+        for (int kx = 0; kx < g.kw; ++kx) {
+          float s = 0.f;
+          for (int n = 0; n < g.n; n += 2)
+            for (int oy = 0; oy < g.oh(); ++oy)
+              for (int ox = 0; ox < g.ow(); ++ox) {
+                const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
+                s = pairStep(s, D(n, oy, ox, o), X(n, iy, ix, ci), D(n + 1, oy, ox, o), X(n + 1, iy, ix, ci));
+              }
+          r.dw[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx] += s;
+        }
+    float s = 0.f;
+    for (int n = 0; n < g.n; n += 2)
+      for (int oy = 0; oy < g.oh(); ++oy)
+        for (int ox = 0; ox < g.ow(); ++ox) s = pairStep(s, D(n, oy, ox, o), 1.f, D(n + 1, oy, ox, o), 1.f);
+    r.db[o] += s;
+  }
+  return r;
+}
+
+// As a layer's backward reaches it, through oneDNN's layouts: dw and db those pair sums, bit for
+// bit, written or added to; dx oneDNN's, the same bits as with the weight gradient left to
+// oneDNN. Shapes: the convnet's conv 3 (4 blocks a pass) on an odd batch; conv 2's odd maps;
+// padding 2, 5 x 5 taps into 3 blocks (one a pass), one image; padding 1 into 2 blocks (two a
+// pass), four images.
+TEST_F(ConvNarrowBf16, WideWeightGradientMatchesItsPairSumsBitForBit) {
+  const Case cases[] = {{3, 64, 10, 10, 128, 3, 0}, {2, 32, 13, 13, 64, 3, 0}, {1, 16, 7, 9, 48, 5, 2},
+                        {4, 32, 6, 6, 32, 3, 1}};
+  for (const Case& c : cases) {
+    const ConvGeom g = geom(c);
+    ASSERT_TRUE(detail::useWideWeightGradientBf16(dev_, g));
+    const Vec rx = rounded(test::pattern(xCount(g), 21)), rw = rounded(test::pattern(wCount(g), 22)),
+              rdy = rounded(test::pattern(yCount(g), 24));
+    const Vec x = test::pattern(xCount(g), 21), w = test::pattern(wCount(g), 22), dy = test::pattern(yCount(g), 24);
+    const Operands a{g, rx, rw, rdy};
+    const std::string where = "c " + std::to_string(c.c) + " oc " + std::to_string(c.oc) + " k " + std::to_string(c.k);
+    for (bool overwrite : {false, true})
+      for (bool bias : {true, false}) {
+        const Grads start{test::pattern(wCount(g), 25), test::pattern(g.oc, 26)};
+        ConvGeom gw = g;
+        gw.overwriteGrads = overwrite;
+        auto run = [&](Device& dev, Vec& dx) {
+          Grads r = start;
+          conv2dBackward(dev, dx.data(), r.dw.data(), bias ? r.db.data() : nullptr, dy.data(), x.data(), w.data(), gw);
+          return r;
+        };
+        Vec dx(xCount(g)), dxOneDnn(xCount(g));
+        const Grads got = run(dev_, dx);
+        const Grads want = wideWeightReference(a, overwrite ? Grads{Vec(wCount(g), 0.f), Vec(g.oc, 0.f)} : start);
+        const std::string what = where + (overwrite ? " overwrite" : "") + (bias ? " bias" : "");
+        EXPECT_EQ(got.dw, want.dw) << what;
+        EXPECT_EQ(got.db, bias ? want.db : start.db) << what;
+        detail::wideWeightGradSlot() = false;
+        Device oneDnn(golden::bf16Options());
+        run(oneDnn, dxOneDnn);
+        detail::wideWeightGradSlot() = true;
+        EXPECT_EQ(dx, dxOneDnn) << what;
+      }
+  }
 }
 
 }  // namespace

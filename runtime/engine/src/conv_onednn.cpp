@@ -92,6 +92,7 @@ struct Entry {
   Tensor dwUser, dbUser;            // fp32 gradients before accumulation
   bool sharedDiffDst = false;       // both backward primitives read diff_dst in one layout
   bool roundedWeightGrad = false;   // native bf16: the weight gradient emulated (weightGradEmulated)
+  bool wideWeightGrad = false;      // native bf16: the weight gradient on our kernel (useWideWeightGradientBf16)
   std::size_t scratchpadBytes = 0;
   // keepSrc: the converted x of each call site (by x's address), kept from forward to backward.
   std::unordered_map<const float*, Tensor> keptSrc;
@@ -216,6 +217,11 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   e->dbUser = Tensor(dev, Shape{g.oc}, "convolution bias gradient");
   e->sharedDiffDst = dpd.diff_dst_desc() == wpd.diff_dst_desc();
   e->roundedWeightGrad = weightGradAct != act;
+  // Our vdpbf16ps kernel reads x and dy and writes dw in the blocks oneDNN's weight pass would.
+  const memory::desc srcBlocks(srcD, dt::bf16, tag::nChw16c), dstBlocks(dstD, dt::bf16, tag::nChw16c);
+  e->wideWeightGrad = wideWeightGradSlot() && useWideWeightGradientBf16(dev, g) && wpd.src_desc() == srcBlocks &&
+                      wpd.diff_dst_desc() == dstBlocks &&
+                      wpd.diff_weights_desc() == memory::desc(weiD, dt::f32, tag::ABcd16b16a);
   for (auto& pd : {fpd.scratchpad_desc(), dpd.scratchpad_desc(), wpd.scratchpad_desc()})
     e->scratchpadBytes = std::max(e->scratchpadBytes, pd.get_size());
   return e;
@@ -331,12 +337,19 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
     auto kept = keptValid && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
     if (kept != e->keptSrc.end()) src = memory(e->bwSrc.inner, c.eng, kept->second.data());
     else src = e->bwSrc.in(x);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
-                                         {DNNL_ARG_DIFF_DST, diffDst},
-                                         {DNNL_ARG_DIFF_WEIGHTS, e->bwDiffWei.out(dwOut)},
-                                         {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
-    if (db) args.emplace(DNNL_ARG_DIFF_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, dbOut));
-    e->bwdWeights.execute(c.stream, args);
+    memory diffWei = e->bwDiffWei.out(dwOut);
+    if (e->wideWeightGrad) {
+      conv2dWeightGradientWideBf16(dev, static_cast<float*>(diffWei.get_data_handle()), db ? dbOut : nullptr,
+                                   static_cast<const std::uint16_t*>(diffDst.get_data_handle()),
+                                   static_cast<const std::uint16_t*>(src.get_data_handle()), g);
+    } else {
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
+                                           {DNNL_ARG_DIFF_DST, diffDst},
+                                           {DNNL_ARG_DIFF_WEIGHTS, diffWei},
+                                           {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
+      if (db) args.emplace(DNNL_ARG_DIFF_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, dbOut));
+      e->bwdWeights.execute(c.stream, args);
+    }
     e->bwDiffWei.finish(dwOut);
   }
   if (dx) {

@@ -89,6 +89,18 @@ bool& narrowDataPortableSlot();
 // are laid out in pairs, w as it is.
 bool narrowBf16(const Device& dev);
 
+// Native bf16 where our vdpbf16ps kernels run (narrowBf16): the weight and bias gradients of a
+// stride-1 convolution from and into blocks of 16 channels (conv_wide_weights_bf16.cpp), in
+// oneDNN's layouts for its weight pass: x and dy bf16 bits in blocks of 16 channels
+// ([n][c/16][h][w][16]), dw written in blocks of 16 x 16 (ABcd16b16a), db (when not null)
+// written. The pairs are output rows, as the narrow weight gradient's.
+bool useWideWeightGradientBf16(const Device& dev, const ConvGeom& g);
+void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const std::uint16_t* dy,
+                                  const std::uint16_t* x, const ConvGeom& g);
+// Whether conv_onednn.cpp hands that pass to it: default true; $XS_ENGINE_WIDE_WEIGHT_GRAD=0 or
+// false (tests) leave it to oneDNN's kernel. Read as a geometry's primitives are built.
+bool& wideWeightGradSlot();
+
 // The forward of a channels-last stride-1 convolution from fewer than 16 input channels into at
 // most 16 outputs (conv_narrow_forward.cpp), chosen by useNarrowForward in fp32 and bf16 where
 // narrowForwardVectorized holds. The backward passes do not read a copy of x kept by

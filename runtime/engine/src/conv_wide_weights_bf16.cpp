@@ -1,0 +1,220 @@
+// conv_wide_weights_bf16.cpp: native bf16's weight and bias gradients of a stride-1 convolution
+// whose input and output channels come in blocks of 16 (the convnet's conv 2 and 3, AlexNet's
+// 5x5 and 3x3 layers), on vdpbf16ps, where oneDNN 2.6's bf16 kernel runs at 55-65% of the peak.
+// x and dy come as oneDNN's other passes read them: bf16 bits in blocks of 16 channels
+// ([n][c/16][h][w][16]). The pairs are images (2 np, 2 np + 1), which wastes no products on
+// odd maps (pairs of output rows would on the convnet's 11 x 11 and AlexNet's 7 x 7):
+//
+//   dq[np][b][oy][ox][o] = (dy[2 np][oy][ox][16 b + o], dy[2 np + 1][oy][ox][16 b + o])
+//   xq[np][r][ix][ci]    = (xp[2 np][r][ix][ci], xp[2 np + 1][r][ix][ci])
+//   s[b][ky][j][o]       = sum over image pairs np, rows oy and pixels ox, in that order, of
+//                          dq[np][b][oy][ox][o] . xq[np][oy + ky][ox * c + j]    (j = kx * c + ci)
+//   dw[16 b + o][ci][ky][kx] = s[b][ky][kx * c + ci][o]
+//   db[16 b + o] = sum of dq[np][b][oy][ox][o] . (1, 1) in that order
+//
+// with xp the padded channels-last image (a tap row's kw * c values are one run of a row), and
+// a . b vdpbf16ps's pair product (the high halves' first). An odd batch's last image pairs with
+// zeros, in dy and in x (a non-finite x there would make 0 * x a NaN). A pass holds G blocks of
+// 16 outputs times J values of a run in registers (G * J sums, G words of dy loaded once a pixel,
+// x broadcast as each product's operand) and streams a chunk of image pairs. The sums are dw
+// itself in oneDNN's blocks of 16 x 16 (ABcd16b16a: [oc/16][c/16][kh][kw][16 ci][16 o]), which
+// its weight pass writes too and our reorder takes to the plain layout.
+#include <algorithm>
+#include <cstdlib>
+#include <immintrin.h>
+#include <string>
+#include <utility>
+
+#include "conv_onednn.hpp"
+#include "device_internals.hpp"
+#include "kernel_util.hpp"
+#include "xspawn/error.hpp"
+
+namespace xs::engine::detail {
+namespace {
+
+constexpr int kLanes = 16;
+// A chunk's words of dy and x: about a quarter of a 1 MiB L2 (the sums take up to as much).
+constexpr std::size_t kChunkBytes = 256 * 1024;
+// Scratch slots (oneDNN's scratchpad is slot 3; its staging lives in tensors of its own).
+constexpr int kDyWordSlot = 4, kXWordSlot = 5;
+
+struct Geometry {
+  int n, c, oc, blocks, h, w, pad, oh, ow, kh, kw;
+  int pairs;       // (n + 1) / 2
+  int xpRows;      // h + 2 pad
+  int xpRow;       // words of a padded row: (w + 2 pad) * c
+  int run;         // kw * c
+  std::size_t dqPair, xqPair;  // words an image pair
+  explicit Geometry(const ConvGeom& g)
+      : n(g.n), c(g.c), oc(g.oc), blocks(g.oc / kLanes), h(g.h), w(g.w), pad(g.pad), oh(g.oh()), ow(g.ow()),
+        kh(g.kh), kw(g.kw), pairs((g.n + 1) / 2), xpRows(g.h + 2 * g.pad), xpRow((g.w + 2 * g.pad) * g.c),
+        run(kw * c), dqPair(static_cast<std::size_t>(blocks) * oh * ow * kLanes),
+        xqPair(static_cast<std::size_t>(xpRows) * xpRow) {}
+  // The 16 sums of block b, tap row ky, run value j = kx * c + ci, in dw's blocks.
+  float* sums(float* dw, int b, int ky, int j) const {
+    const int kx = j / c, ci = j % c;
+    const std::size_t tile = ((static_cast<std::size_t>(b) * (c / kLanes) + ci / kLanes) * kh + ky) * kw + kx;
+    return dw + (tile * kLanes + ci % kLanes) * kLanes;
+  }
+};
+
+// 16 bf16 values as the low halves of 16 words.
+XS_DPBF16 inline __m512i widen(const std::uint16_t* p) {
+  return _mm512_maskz_cvtepu16_epi32(kAllLanes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Images 2 np and 2 np + 1 (zeros past the batch) of dy's blocks -> dq's pair, and with db the
+// bias's sums (16 a block, from zero at pair 0) += each word's pair, the high half first.
+XS_DPBF16 void dyWords(std::uint32_t* dq, float* db, const std::uint16_t* dy, int np, const Geometry& q) {
+  const __m512i ones = _mm512_set1_epi32(0x3f803f80);  // bf16 1.0 in both halves
+  const std::size_t plane = static_cast<std::size_t>(q.oh) * q.ow * kLanes, image = q.blocks * plane;
+  const bool hasHi = 2 * np + 1 < q.n;
+  for (int b = 0; b < q.blocks; ++b) {
+    const std::uint16_t* lo = dy + 2 * np * image + b * plane;
+    __m512 sums = db && np > 0 ? _mm512_loadu_ps(db + b * kLanes) : _mm512_setzero_ps();
+    for (std::size_t p = 0; p < plane; p += kLanes, dq += kLanes) {
+      const __m512i hi =
+          hasHi ? _mm512_maskz_slli_epi32(kAllLanes, widen(lo + image + p), 16) : _mm512_setzero_si512();
+      const __m512i words = _mm512_or_si512(widen(lo + p), hi);
+      _mm512_store_si512(dq, words);
+      if (db) sums = _mm512_dpbf16_ps(sums, (__m512bh)words, (__m512bh)ones);
+    }
+    if (db) _mm512_storeu_ps(db + b * kLanes, sums);
+  }
+}
+
+// Images 2 np and 2 np + 1 (zeros past the batch) of x's blocks -> xq's pair, [xpRows][xpRow]
+// words of the padded channels-last images, zeros in the padding.
+XS_DPBF16 void xWords(std::uint32_t* xq, const std::uint16_t* x, int np, const Geometry& q) {
+  const int cb = q.c / kLanes;
+  const std::size_t plane = static_cast<std::size_t>(q.h) * q.w * kLanes, image = cb * plane;
+  const bool hasHi = 2 * np + 1 < q.n;
+  const std::size_t border = static_cast<std::size_t>(q.pad) * q.xpRow, side = static_cast<std::size_t>(q.pad) * q.c;
+  std::fill(xq, xq + border, 0u);
+  std::uint32_t* to = xq + border;
+  for (int iy = 0; iy < q.h; ++iy) {
+    std::fill(to, to + side, 0u);
+    to += side;
+    const std::uint16_t* lo = x + 2 * np * image + static_cast<std::size_t>(iy) * q.w * kLanes;
+    for (int iw = 0; iw < q.w; ++iw)
+      for (int b = 0; b < cb; ++b, to += kLanes) {
+        const std::size_t at = b * plane + static_cast<std::size_t>(iw) * kLanes;
+        const __m512i hi =
+            hasHi ? _mm512_maskz_slli_epi32(kAllLanes, widen(lo + image + at), 16) : _mm512_setzero_si512();
+        _mm512_store_si512(to, _mm512_or_si512(widen(lo + at), hi));
+      }
+    std::fill(to, to + side, 0u);
+    to += side;
+  }
+  std::fill(to, to + border, 0u);
+}
+
+// The sums of blocks b0 .. b0 + G - 1, tap row ky, run values j0 .. j0 + J - 1, over the
+// chunk's `pairs` image pairs of words; from zero in the first chunk.
+template <int G, int J>
+XS_DPBF16 void pass(float* s, const std::uint32_t* dq, const std::uint32_t* xq, int pairs, const Geometry& q,
+                    int b0, int ky, int j0, bool first) {
+  __m512 acc[G][J];
+#pragma GCC unroll 32
+  for (int gi = 0; gi < G; ++gi)
+#pragma GCC unroll 32
+    for (int j = 0; j < J; ++j) acc[gi][j] = first ? _mm512_setzero_ps() : _mm512_load_ps(q.sums(s, b0 + gi, ky, j0 + j));
+  const std::size_t blockWords = static_cast<std::size_t>(q.oh) * q.ow * kLanes;
+  for (int np = 0; np < pairs; ++np) {
+    const std::uint32_t* d = dq + np * q.dqPair + b0 * blockWords;
+    const std::uint32_t* xn = xq + np * q.xqPair + j0;
+    for (int oy = 0; oy < q.oh; ++oy) {
+      const std::uint32_t* x = xn + static_cast<std::size_t>(oy + ky) * q.xpRow;
+      for (int ox = 0; ox < q.ow; ++ox, d += kLanes, x += q.c) {
+        __m512i dv[G];
+#pragma GCC unroll 4
+        for (int gi = 0; gi < G; ++gi) {
+          dv[gi] = _mm512_load_si512(d + gi * blockWords);
+          asm("" : "+v"(dv[gi]));  // one load for its products: GCC would fold it into each
+        }
+#pragma GCC unroll 32
+        for (int j = 0; j < J; ++j) {
+          const __m512i xv = _mm512_set1_epi32(static_cast<int>(x[j]));
+#pragma GCC unroll 4
+          for (int gi = 0; gi < G; ++gi) acc[gi][j] = _mm512_dpbf16_ps(acc[gi][j], (__m512bh)dv[gi], (__m512bh)xv);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 32
+  for (int gi = 0; gi < G; ++gi)
+#pragma GCC unroll 32
+    for (int j = 0; j < J; ++j) _mm512_store_ps(q.sums(s, b0 + gi, ky, j0 + j), acc[gi][j]);
+}
+
+using Pass = void (*)(float*, const std::uint32_t*, const std::uint32_t*, int, const Geometry&, int, int, int, bool);
+
+template <int G, std::size_t... I>
+Pass passOf(int count, std::index_sequence<I...>) {
+  static constexpr Pass kTable[] = {&pass<G, static_cast<int>(I) + 1>...};
+  return kTable[count - 1];
+}
+
+// J values a pass at most with G blocks: G * J sums, G words of dy and x's broadcast in 32
+// registers (one more spills a sum to the stack every pixel).
+constexpr int maxValues(int G) { return (31 - G) / G; }
+
+// G blocks a pass: 4 where the blocks divide by 4, else 2 or 1; the run split into passes of at
+// most maxValues(G) values, as evenly as it comes.
+void chunkSums(float* s, const std::uint32_t* dq, const std::uint32_t* xq, int pairs, const Geometry& q, bool first) {
+  const int G = q.blocks % 4 == 0 ? 4 : q.blocks % 2 == 0 ? 2 : 1, maxJ = maxValues(G);
+  const int passes = (q.run + maxJ - 1) / maxJ;
+  for (int b0 = 0; b0 < q.blocks; b0 += G)
+    for (int ky = 0; ky < q.kh; ++ky)
+      for (int pi = 0, j = 0; pi < passes; ++pi) {
+        const int count = (q.run - j) / (passes - pi);
+        const Pass p = G == 4   ? passOf<4>(count, std::make_index_sequence<maxValues(4)>())
+                       : G == 2 ? passOf<2>(count, std::make_index_sequence<maxValues(2)>())
+                                : passOf<1>(count, std::make_index_sequence<maxValues(1)>());
+        p(s, dq, xq, pairs, q, b0, ky, j, first);
+        j += count;
+      }
+}
+
+}  // namespace
+
+bool& wideWeightGradSlot() {
+  static bool on = [] {
+    const char* env = std::getenv("XS_ENGINE_WIDE_WEIGHT_GRAD");
+    if (!env || !*env) return true;
+    const std::string v(env);
+    XS_CHECK(v == "0" || v == "1", UsageError,
+             "XS_ENGINE_WIDE_WEIGHT_GRAD=" + v + ": use 1 (bf16 weight gradients on our vdpbf16ps kernel) or 0 (oneDNN's)");
+    return v == "1";
+  }();
+  return on;
+}
+
+bool useWideWeightGradientBf16(const Device& dev, const ConvGeom& g) {
+  // dw's sums in at most 1.5 MiB: each chunk of image pairs reads and writes them all, which on
+  // larger layers (AlexNet 224's 3 x 3 ones, 2.4-3.5 MB) cost more than oneDNN's kernel loses.
+  constexpr std::size_t kMaxSumBytes = 3 << 19;
+  const std::size_t sumBytes = static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw * sizeof(float);
+  return narrowBf16(dev) && g.stride == 1 && g.c % kLanes == 0 && g.oc % kLanes == 0 && g.oh() > 0 && g.ow() > 0 &&
+         sumBytes <= kMaxSumBytes;
+}
+
+void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const std::uint16_t* dy,
+                                  const std::uint16_t* x, const ConvGeom& g) {
+  const Geometry q(g);
+  const std::size_t pairBytes = (q.dqPair + q.xqPair) * sizeof(std::uint32_t);
+  const int chunk = static_cast<int>(std::clamp<std::size_t>(kChunkBytes / pairBytes, 1, q.pairs));
+  auto* dq = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kDyWordSlot, q.dqPair * chunk));
+  auto* xq = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kXWordSlot, q.xqPair * chunk));
+  for (int p0 = 0; p0 < q.pairs; p0 += chunk) {
+    const int pairs = std::min(chunk, q.pairs - p0);
+    for (int i = 0; i < pairs; ++i) {
+      dyWords(dq + i * q.dqPair, db, dy, p0 + i, q);
+      xWords(xq + i * q.xqPair, x, p0 + i, q);
+    }
+    chunkSums(dwBlocks, dq, xq, pairs, q, p0 == 0);
+  }
+}
+
+}  // namespace xs::engine::detail
