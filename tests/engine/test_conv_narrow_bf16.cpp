@@ -1,6 +1,7 @@
 // test_conv_narrow_bf16.cpp: native bf16's own convolution kernels on vdpbf16ps (narrowBf16 in
 // conv_narrow_forward.cpp, conv_narrow_data.cpp, conv_narrow_weights.cpp,
-// conv_one_channel_bf16.cpp, and the wide weight gradient of conv_wide_weights_bf16.cpp): the
+// conv_one_channel_bf16.cpp, and for 16 channels and more conv_wide_weights_bf16.cpp and
+// conv_one_channel_wide_bf16.cpp): the
 // forward, the input gradient and the weight and bias gradients against scalar sums of the same
 // pairs in the same order, bit for bit, and against fp32 on the rounded operands to its
 // tolerance; where they do not apply, the emulated kernels' bits. A pair
@@ -391,13 +392,67 @@ TEST_F(ConvNarrowBf16, WideWeightGradientMatchesItsPairSumsBitForBit) {
         const std::string what = where + (overwrite ? " overwrite" : "") + (bias ? " bias" : "");
         EXPECT_EQ(got.dw, want.dw) << what;
         EXPECT_EQ(got.db, bias ? want.db : start.db) << what;
-        detail::wideWeightGradSlot() = false;
+        detail::wideBf16Slot() = false;
         Device oneDnn(golden::bf16Options());
         run(oneDnn, dxOneDnn);
-        detail::wideWeightGradSlot() = true;
+        detail::wideBf16Slot() = true;
         EXPECT_EQ(dx, dxOneDnn) << what;
       }
   }
+}
+
+// One channel into blocks of 16 (conv_one_channel_wide_bf16.cpp): from the bias over ky and the
+// tap pairs along the row (kx, kx + 1), an odd width's last tap alone.
+Vec oneChannelWideReference(const Operands& a, const float* b) {
+  const ConvGeom& g = a.g;
+  Vec y(yCount(g));
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < g.oh(); ++oy)
+      for (int ox = 0; ox < g.ow(); ++ox)
+        for (int o = 0; o < g.oc; ++o) {
+          float acc = b ? b[o] : 0.f;
+          for (int ky = 0; ky < g.kh; ++ky)
+            for (int kx = 0; kx < g.kw; kx += 2) {
+              const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
+              const bool pair = kx + 1 < g.kw;
+              acc = pairStep(acc, a.X(n, iy, ix, 0), a.W(o, 0, ky, kx), pair ? a.X(n, iy, ix + 1, 0) : 0.f,
+                             pair ? a.W(o, 0, ky, kx + 1) : 0.f);
+            }
+          y[((static_cast<std::size_t>(n) * g.oh() + oy) * g.ow() + ox) * g.oc + o] = acc;
+        }
+  return y;
+}
+
+// Through conv2dForward, y channels last and in the blocks the max-pool after it takes: the
+// reference's bits. Shapes: the convnet's conv 1 (5 x 5, padding 1, 2 blocks a tile); 4 x 4 taps
+// (no tap alone) into 3 blocks (one a tile) with padding 2; 3 x 3 on rows of 40 pixels (tiles of
+// 10 and more).
+TEST_F(ConvNarrowBf16, OneChannelIntoBlocksMatchesItsPairSumsBitForBit) {
+  const Case cases[] = {{3, 1, 28, 28, 32, 5, 1}, {1, 1, 12, 13, 48, 4, 2}, {2, 1, 7, 42, 32, 3, 0}};
+  for (const Case& c : cases)
+    for (bool bias : {true, false}) {
+      const ConvGeom g = geom(c);
+      ASSERT_TRUE(detail::useOneChannelWideBf16(dev_, g));
+      const Vec x = test::pattern(xCount(g), 31), w = test::pattern(wCount(g), 32), b = test::pattern(g.oc, 33);
+      const Vec rx = rounded(x), rw = rounded(w);
+      const Vec want = oneChannelWideReference(Operands{g, rx, rw, rx}, bias ? b.data() : nullptr);
+      const std::string where = "oc " + std::to_string(c.oc) + " k " + std::to_string(c.k) + (bias ? " bias" : "");
+      Vec y(yCount(g), 7.f);
+      conv2dForward(dev_, y.data(), x.data(), w.data(), bias ? b.data() : nullptr, g);
+      EXPECT_EQ(y, want) << where;
+      ConvGeom blocked = g;
+      blocked.dstBlocked = true;
+      ASSERT_TRUE(conv2dWritesBlocked16(dev_, g, bias));
+      Vec yb(yCount(g), 7.f);
+      conv2dForward(dev_, yb.data(), x.data(), w.data(), bias ? b.data() : nullptr, blocked);
+      const int blocks = g.oc / 16, pixels = g.oh() * g.ow();
+      for (int n = 0; n < g.n; ++n)
+        for (int p = 0; p < pixels; ++p)
+          for (int o = 0; o < g.oc; ++o)
+            ASSERT_EQ(yb[((static_cast<std::size_t>(n) * blocks + o / 16) * pixels + p) * 16 + o % 16],
+                      want[(static_cast<std::size_t>(n) * pixels + p) * g.oc + o])
+                << where << " blocked, image " << n << " pixel " << p << " channel " << o;
+    }
 }
 
 }  // namespace

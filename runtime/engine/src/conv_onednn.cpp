@@ -93,6 +93,7 @@ struct Entry {
   bool sharedDiffDst = false;       // both backward primitives read diff_dst in one layout
   bool roundedWeightGrad = false;   // native bf16: the weight gradient emulated (weightGradEmulated)
   bool wideWeightGrad = false;      // native bf16: the weight gradient on our kernel (useWideWeightGradientBf16)
+  bool oneChannelWide = false;      // native bf16: the forward on our kernel (useOneChannelWideBf16)
   std::size_t scratchpadBytes = 0;
   // keepSrc: the converted x of each call site (by x's address), kept from forward to backward.
   std::unordered_map<const float*, Tensor> keptSrc;
@@ -219,9 +220,11 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   e->roundedWeightGrad = weightGradAct != act;
   // Our vdpbf16ps kernel reads x and dy and writes dw in the blocks oneDNN's weight pass would.
   const memory::desc srcBlocks(srcD, dt::bf16, tag::nChw16c), dstBlocks(dstD, dt::bf16, tag::nChw16c);
-  e->wideWeightGrad = wideWeightGradSlot() && useWideWeightGradientBf16(dev, g) && wpd.src_desc() == srcBlocks &&
+  e->wideWeightGrad = wideBf16Slot() && useWideWeightGradientBf16(dev, g) && wpd.src_desc() == srcBlocks &&
                       wpd.diff_dst_desc() == dstBlocks &&
                       wpd.diff_weights_desc() == memory::desc(weiD, dt::f32, tag::ABcd16b16a);
+  e->oneChannelWide = wideBf16Slot() && useOneChannelWideBf16(dev, g) &&
+                      fpd.dst_desc() == memory::desc(dstD, dt::f32, tag::nChw16c);
   for (auto& pd : {fpd.scratchpad_desc(), dpd.scratchpad_desc(), wpd.scratchpad_desc()})
     e->scratchpadBytes = std::max(e->scratchpadBytes, pd.get_size());
   return e;
@@ -281,6 +284,12 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
   Entry* e = entry(dev, g, b != nullptr);
   if (!e) return false;
   auto& c = oneDnnContext();
+  if (e->oneChannelWide) {  // our kernel writes the primitive's layout (no copy of x to keep)
+    float* out = g.dstBlocked ? y : static_cast<float*>(e->dst.out(y).get_data_handle());
+    conv2dForwardOneChannelWideBf16(dev, out, x, w, b, g);
+    if (!g.dstBlocked) e->dst.finish(y);
+    return true;
+  }
   if (emulatesBf16(dev)) {
     if (!g.xRounded)
       x = roundedCopy(dev, g.keepSrc ? keptFor(*e, e->roundedSrc, x) : e->roundedStage, x, srcCount(g));

@@ -97,9 +97,16 @@ bool narrowBf16(const Device& dev);
 bool useWideWeightGradientBf16(const Device& dev, const ConvGeom& g);
 void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const std::uint16_t* dy,
                                   const std::uint16_t* x, const ConvGeom& g);
-// Whether conv_onednn.cpp hands that pass to it: default true; $XS_ENGINE_WIDE_WEIGHT_GRAD=0 or
-// false (tests) leave it to oneDNN's kernel. Read as a geometry's primitives are built.
-bool& wideWeightGradSlot();
+// Native bf16 where narrowBf16 holds: the forward of a stride-1 convolution from one input
+// channel into blocks of 16 outputs (conv_one_channel_wide_bf16.cpp), y written in oneDNN's
+// blocks of 16 channels ([n][oc/16][oh][ow][16] float32), pairs of taps along a row.
+bool useOneChannelWideBf16(const Device& dev, const ConvGeom& g);
+void conv2dForwardOneChannelWideBf16(Device& dev, float* yBlocks, const float* x, const float* w, const float* b,
+                                     const ConvGeom& g);
+// Whether conv_onednn.cpp hands those two passes to our kernels: default true;
+// $XS_ENGINE_WIDE_BF16=0 or false (tests) leave them to oneDNN's. Read as a geometry's primitives
+// are built.
+bool& wideBf16Slot();
 
 // The forward of a channels-last stride-1 convolution from fewer than 16 input channels into at
 // most 16 outputs (conv_narrow_forward.cpp), chosen by useNarrowForward in fp32 and bf16 where

@@ -179,13 +179,14 @@ void chunkSums(float* s, const std::uint32_t* dq, const std::uint32_t* xq, int p
 
 }  // namespace
 
-bool& wideWeightGradSlot() {
+bool& wideBf16Slot() {
   static bool on = [] {
-    const char* env = std::getenv("XS_ENGINE_WIDE_WEIGHT_GRAD");
+    const char* env = std::getenv("XS_ENGINE_WIDE_BF16");
     if (!env || !*env) return true;
     const std::string v(env);
     XS_CHECK(v == "0" || v == "1", UsageError,
-             "XS_ENGINE_WIDE_WEIGHT_GRAD=" + v + ": use 1 (bf16 weight gradients on our vdpbf16ps kernel) or 0 (oneDNN's)");
+             "XS_ENGINE_WIDE_BF16=" + v + ": use 1 (our vdpbf16ps kernels for the wide convolutions' bf16 passes) or 0 "
+             "(oneDNN's)");
     return v == "1";
   }();
   return on;

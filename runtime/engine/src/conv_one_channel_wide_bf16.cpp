@@ -1,0 +1,162 @@
+// conv_one_channel_wide_bf16.cpp: native bf16's forward of a stride-1 convolution from one input
+// channel into blocks of 16 outputs (the convnet's conv 1: 1 -> 32, 5x5), on vdpbf16ps, written
+// in oneDNN's blocks of 16 channels ([n][oc/16][oh][ow][16] float32) as its kernel would, for the
+// max-pool after it. oneDNN 2.6's bf16 kernel ran that layer at 35-45% of the peak. The pairs
+// are taps along a row (kx, kx + 1); an odd width's last tap is alone, its word's high half zero
+// in the weights and in x (a value outside the window must not meet the zero: 0 * inf is a NaN):
+//
+//   xb[r][ix]        = xp[r][ix] as bf16 bits                   the padded image
+//   xs[r][ix]        = (xp[r][ix], 0)                           its single values, for a last tap
+//   wv[b][ky][q][o]  = (w[16 b + o][ky][2 q], w[16 b + o][ky][2 q + 1] or 0)
+//   y[b][oy][ox][o]  = bias[16 b + o], then + wv[b][ky][q][o] . (xb[oy + ky][ox + 2 q], xb[..][ox + 2 q + 1])
+//                      over ky and pairs q in that order (xs's word for a last tap alone)
+//
+// with a . b vdpbf16ps's pair product (the high halves' first): two neighbouring values of xb are
+// the word a product reads, broadcast from memory as it lies. A tile holds G blocks of 16 outputs
+// for P pixels of a row in registers (G * P sums, G weight words a pair, x broadcast).
+#include <algorithm>
+#include <immintrin.h>
+#include <utility>
+
+#include "conv_onednn.hpp"
+#include "device_internals.hpp"
+#include "kernel_util.hpp"
+
+namespace xs::engine::detail {
+namespace {
+
+constexpr int kLanes = 16;
+// A tile's pixels at most, with G = 2 blocks: 24 sums, 2 weight words and x's broadcast in 27
+// registers.
+constexpr int kMaxPixels = 12;
+// Scratch slots (oneDNN's scratchpad is slot 3, unused on this path).
+constexpr int kImageSlot = 4, kWeightSlot = 5, kSingleSlot = 6;
+
+struct Geometry {
+  int blocks, h, w, pad, oh, ow, kh, kw, pairs, xpRows, xpRow;
+  bool single;  // an odd width: the last pair is its last tap alone
+  explicit Geometry(const ConvGeom& g)
+      : blocks(g.oc / kLanes), h(g.h), w(g.w), pad(g.pad), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw),
+        pairs((g.kw + 1) / 2), xpRows(g.h + 2 * g.pad), xpRow(g.w + 2 * g.pad), single(g.kw % 2 != 0) {}
+};
+
+// w [oc][1][kh][kw] -> wv [blocks][kh][pairs][16] words, rounded; an odd width's last pair (w, 0).
+void weightWords(std::uint32_t* wv, const float* w, const Geometry& q) {
+  for (int b = 0; b < q.blocks; ++b)
+    for (int ky = 0; ky < q.kh; ++ky)
+      for (int p = 0; p < q.pairs; ++p)
+        for (int o = 0; o < kLanes; ++o, ++wv) {
+          const float* row = w + (static_cast<std::size_t>(b * kLanes + o) * q.kh + ky) * q.kw;
+          const std::uint32_t hi = 2 * p + 1 < q.kw ? bf16RoundedBits(row[2 * p + 1]) : 0u;
+          *wv = (bf16RoundedBits(row[2 * p]) >> 16) | (hi & 0xffff0000u);
+        }
+}
+
+// Image x [h][w] -> xb [xpRows][xpRow] bits, rounded, and (an odd width) xs's words of them, where
+// the padding leaves them (the padding's zeros written by the caller, once a call).
+XS_DPBF16 void imageBits(std::uint16_t* xb, std::uint32_t* xs, const float* x, const Geometry& q) {
+  for (int iy = 0; iy < q.h; ++iy) {
+    const float* from = x + static_cast<std::size_t>(iy) * q.w;
+    const std::size_t at = static_cast<std::size_t>(iy + q.pad) * q.xpRow + q.pad;
+    for (int ix = 0; ix < q.w; ix += kLanes) {
+      const __mmask16 m = firstLanes(q.w - ix);
+      const __m512i words = _mm512_maskz_srli_epi32(
+          kAllLanes, _mm512_castps_si512(roundBf16(_mm512_maskz_loadu_ps(m, from + ix))), 16);
+      _mm512_mask_cvtepi32_storeu_epi16(xb + at + ix, m, words);
+      if (q.single) _mm512_mask_storeu_epi32(xs + at + ix, m, words);
+    }
+  }
+}
+
+// Blocks b0 .. b0 + G - 1 of P pixels from (oy, ox) of one image.
+template <int G, int P>
+XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* xs, const std::uint32_t* wv,
+                    const float* bias, const Geometry& q, int b0, int oy, int ox) {
+  __m512 acc[G][P];
+#pragma GCC unroll 4
+  for (int gi = 0; gi < G; ++gi) {
+    const __m512 start = bias ? _mm512_loadu_ps(bias + (b0 + gi) * kLanes) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) acc[gi][p] = start;
+  }
+  const std::size_t blockWords = static_cast<std::size_t>(q.kh) * q.pairs * kLanes;
+  const std::uint32_t* wb = wv + b0 * blockWords;
+  auto step = [&](const std::uint32_t* wq0, auto word) XS_DPBF16 {  // one pair: word(p) is pixel p's x
+    __m512i wq[G];
+#pragma GCC unroll 4
+    for (int gi = 0; gi < G; ++gi) {
+      wq[gi] = _mm512_load_si512(wq0 + gi * blockWords);
+      asm("" : "+v"(wq[gi]));  // one load for its products: GCC would fold it into each
+    }
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) {
+      const __m512i xv = _mm512_set1_epi32(static_cast<int>(word(p)));
+#pragma GCC unroll 4
+      for (int gi = 0; gi < G; ++gi) acc[gi][p] = _mm512_dpbf16_ps(acc[gi][p], (__m512bh)wq[gi], (__m512bh)xv);
+    }
+  };
+  const int full = q.kw / 2;
+  for (int ky = 0; ky < q.kh; ++ky) {
+    const std::size_t at = static_cast<std::size_t>(oy + ky) * q.xpRow + ox;
+    const std::uint16_t* row = xb + at;
+    for (int pq = 0; pq < full; ++pq, wb += kLanes) step(wb, [&](int p) { return wordAt(row + 2 * pq + p); });
+    if (q.single) {
+      const std::uint32_t* last = xs + at + q.kw - 1;
+      step(wb, [&](int p) { return last[p]; });
+      wb += kLanes;
+    }
+  }
+  const std::size_t plane = static_cast<std::size_t>(q.oh) * q.ow * kLanes;
+#pragma GCC unroll 4
+  for (int gi = 0; gi < G; ++gi) {
+    float* to = y + (b0 + gi) * plane + (static_cast<std::size_t>(oy) * q.ow + ox) * kLanes;
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) _mm512_storeu_ps(to + p * kLanes, acc[gi][p]);
+  }
+}
+
+using Tile = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const std::uint32_t*, const float*,
+                      const Geometry&, int, int, int);
+
+template <int G, std::size_t... I>
+Tile tileOf(int pixels, std::index_sequence<I...>) {
+  static constexpr Tile kTable[] = {&tile<G, static_cast<int>(I) + 1>...};
+  return kTable[pixels - 1];
+}
+
+}  // namespace
+
+bool useOneChannelWideBf16(const Device& dev, const ConvGeom& g) {
+  return narrowBf16(dev) && g.c == 1 && g.stride == 1 && g.oc % kLanes == 0 && g.oh() > 0 && g.ow() > 0;
+}
+
+void conv2dForwardOneChannelWideBf16(Device& dev, float* yBlocks, const float* x, const float* w, const float* b,
+                                     const ConvGeom& g) {
+  const Geometry q(g);
+  auto* wv = reinterpret_cast<std::uint32_t*>(
+      detail::scratch(dev, kWeightSlot, static_cast<std::size_t>(q.blocks) * q.kh * q.pairs * kLanes));
+  weightWords(wv, w, q);
+  const std::size_t xpCount = static_cast<std::size_t>(q.xpRows) * q.xpRow;
+  auto* xb = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kImageSlot, (xpCount + 1) / 2 + 1));
+  std::fill(xb, xb + xpCount + 1, std::uint16_t{0});  // and one past the last, which a word may read
+  auto* xs = q.single ? reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kSingleSlot, xpCount)) : nullptr;
+  if (xs) std::fill(xs, xs + xpCount, 0u);
+  const int G = q.blocks % 2 == 0 ? 2 : 1;
+  // The row's pixels in tiles of at most kMaxPixels, as even as they come.
+  const int tiles = (q.ow + kMaxPixels - 1) / kMaxPixels;
+  const std::size_t image = static_cast<std::size_t>(q.h) * q.w, yImage = static_cast<std::size_t>(q.blocks) * q.oh * q.ow * kLanes;
+  for (int n = 0; n < g.n; ++n) {
+    imageBits(xb, xs, x + n * image, q);
+    float* yn = yBlocks + n * yImage;
+    for (int oy = 0; oy < q.oh; ++oy)
+      for (int t = 0, ox = 0; t < tiles; ++t) {
+        const int pixels = (q.ow - ox) / (tiles - t);
+        const Tile run = G == 2 ? tileOf<2>(pixels, std::make_index_sequence<kMaxPixels>())
+                                : tileOf<1>(pixels, std::make_index_sequence<kMaxPixels>());
+        for (int b0 = 0; b0 < q.blocks; b0 += G) run(yn, xb, xs, wv, b, q, b0, oy, ox);
+        ox += pixels;
+      }
+  }
+}
+
+}  // namespace xs::engine::detail
