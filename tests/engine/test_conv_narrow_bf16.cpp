@@ -362,12 +362,14 @@ Grads wideWeightReference(const Operands& a, const Grads& start) {
 
 // As a layer's backward reaches it, through oneDNN's layouts: dw and db those pair sums, bit for
 // bit, written or added to; dx oneDNN's, the same bits as with the weight gradient left to
-// oneDNN. Shapes: the convnet's conv 3 (4 blocks a pass) on an odd batch; conv 2's odd maps;
-// padding 2, 5 x 5 taps into 3 blocks (one a pass), one image; padding 1 into 2 blocks (two a
-// pass), four images.
+// oneDNN; and with dy in blocks of 16 channels, as a max-pool's backward hands it over where
+// conv2dGradsBlocked16 holds (one input channel), the same dw and db. Shapes: the convnet's conv 3
+// (4 blocks a pass) on an odd batch; conv 2's odd maps; padding 2, 5 x 5 taps into 3 blocks (one
+// a pass), one image; padding 1 into 2 blocks (two a pass), four images; the convnet's conv 1
+// (one channel, float32 x and dy) on an odd batch; one channel 3 x 3 into 3 blocks.
 TEST_F(ConvNarrowBf16, WideWeightGradientMatchesItsPairSumsBitForBit) {
   const Case cases[] = {{3, 64, 10, 10, 128, 3, 0}, {2, 32, 13, 13, 64, 3, 0}, {1, 16, 7, 9, 48, 5, 2},
-                        {4, 32, 6, 6, 32, 3, 1}};
+                        {4, 32, 6, 6, 32, 3, 1},      {3, 1, 28, 28, 32, 5, 1},   {2, 1, 9, 12, 48, 3, 0}};
   for (const Case& c : cases) {
     const ConvGeom g = geom(c);
     ASSERT_TRUE(detail::useWideWeightGradientBf16(dev_, g));
@@ -397,6 +399,21 @@ TEST_F(ConvNarrowBf16, WideWeightGradientMatchesItsPairSumsBitForBit) {
         run(oneDnn, dxOneDnn);
         detail::wideBf16Slot() = true;
         EXPECT_EQ(dx, dxOneDnn) << what;
+        if (!conv2dGradsBlocked16(dev_, gw, bias, false)) continue;
+        ConvGeom blocked = gw;
+        blocked.dyBlocked = true;
+        const int blocks = g.oc / 16, pixels = g.oh() * g.ow();
+        Vec dyBlocks(yCount(g));
+        for (int n = 0; n < g.n; ++n)
+          for (int p = 0; p < pixels; ++p)
+            for (int o = 0; o < g.oc; ++o)
+              dyBlocks[((static_cast<std::size_t>(n) * blocks + o / 16) * pixels + p) * 16 + o % 16] =
+                  dy[(static_cast<std::size_t>(n) * pixels + p) * g.oc + o];
+        Grads fromBlocks = start;
+        conv2dBackward(dev_, nullptr, fromBlocks.dw.data(), bias ? fromBlocks.db.data() : nullptr, dyBlocks.data(),
+                       x.data(), w.data(), blocked);
+        EXPECT_EQ(fromBlocks.dw, want.dw) << what << " dy in blocks";
+        EXPECT_EQ(fromBlocks.db, bias ? want.db : start.db) << what << " dy in blocks";
       }
   }
 }

@@ -218,11 +218,13 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   e->dbUser = Tensor(dev, Shape{g.oc}, "convolution bias gradient");
   e->sharedDiffDst = dpd.diff_dst_desc() == wpd.diff_dst_desc();
   e->roundedWeightGrad = weightGradAct != act;
-  // Our vdpbf16ps kernel reads x and dy and writes dw in the blocks oneDNN's weight pass would.
-  const memory::desc srcBlocks(srcD, dt::bf16, tag::nChw16c), dstBlocks(dstD, dt::bf16, tag::nChw16c);
-  e->wideWeightGrad = wideBf16Slot() && useWideWeightGradientBf16(dev, g) && wpd.src_desc() == srcBlocks &&
-                      wpd.diff_dst_desc() == dstBlocks &&
-                      wpd.diff_weights_desc() == memory::desc(weiD, dt::f32, tag::ABcd16b16a);
+  // Our vdpbf16ps kernel reads x and dy and writes dw in the layouts oneDNN's weight pass would:
+  // bf16 blocks, or for one input channel (its fp32 pass on rounded copies) float32 ones.
+  const dt wideAct = g.c == 1 ? dt::f32 : dt::bf16;
+  const memory::desc srcWide(srcD, wideAct, g.c == 1 ? tag::nchw : tag::nChw16c),
+      dstWide(dstD, wideAct, tag::nChw16c), weiWide(weiD, dt::f32, g.c == 1 ? tag::Acdb16a : tag::ABcd16b16a);
+  e->wideWeightGrad = wideBf16Slot() && useWideWeightGradientBf16(dev, g) && wpd.src_desc() == srcWide &&
+                      wpd.diff_dst_desc() == dstWide && wpd.diff_weights_desc() == weiWide;
   e->oneChannelWide = wideBf16Slot() && useOneChannelWideBf16(dev, g) &&
                       fpd.dst_desc() == memory::desc(dstD, dt::f32, tag::nChw16c);
   for (auto& pd : {fpd.scratchpad_desc(), dpd.scratchpad_desc(), wpd.scratchpad_desc()})
@@ -323,7 +325,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   // prepares nothing for the weight gradient.
   const bool emulated = emulatesBf16(dev);
   bool keptValid = g.keepSrc;
-  if (emulated || (dw && e->roundedWeightGrad)) {
+  if (emulated || (dw && e->roundedWeightGrad && !e->wideWeightGrad)) {  // ours rounds them as it reads them
     if (dw && !g.xRounded) {
       auto r = g.keepSrc ? e->roundedSrc.find(x) : e->roundedSrc.end();
       keptValid = r != e->roundedSrc.end();
@@ -349,8 +351,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
     memory diffWei = e->bwDiffWei.out(dwOut);
     if (e->wideWeightGrad) {
       conv2dWeightGradientWideBf16(dev, static_cast<float*>(diffWei.get_data_handle()), db ? dbOut : nullptr,
-                                   static_cast<const std::uint16_t*>(diffDst.get_data_handle()),
-                                   static_cast<const std::uint16_t*>(src.get_data_handle()), g);
+                                   diffDst.get_data_handle(), src.get_data_handle(), g);
     } else {
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
                                            {DNNL_ARG_DIFF_DST, diffDst},

@@ -90,13 +90,14 @@ bool& narrowDataPortableSlot();
 bool narrowBf16(const Device& dev);
 
 // Native bf16 where our vdpbf16ps kernels run (narrowBf16): the weight and bias gradients of a
-// stride-1 convolution from and into blocks of 16 channels (conv_wide_weights_bf16.cpp), in
-// oneDNN's layouts for its weight pass: x and dy bf16 bits in blocks of 16 channels
-// ([n][c/16][h][w][16]), dw written in blocks of 16 x 16 (ABcd16b16a), db (when not null)
-// written. The pairs are output rows, as the narrow weight gradient's.
+// stride-1 convolution from one input channel or blocks of 16 into blocks of 16 channels
+// (conv_wide_weights_bf16.cpp), in oneDNN's layouts for its weight pass: x and dy bf16 bits in
+// blocks of 16 channels ([n][c/16][h][w][16]), or for one input channel x float32 [n][h][w] and
+// dy float32 blocks; dw written in oneDNN's blocks (ABcd16b16a, or Acdb16a for one channel), db
+// (when not null) written. The pairs are images.
 bool useWideWeightGradientBf16(const Device& dev, const ConvGeom& g);
-void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const std::uint16_t* dy,
-                                  const std::uint16_t* x, const ConvGeom& g);
+void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const void* dy, const void* x,
+                                  const ConvGeom& g);
 // Native bf16 where narrowBf16 holds: the forward of a stride-1 convolution from one input
 // channel into blocks of 16 outputs (conv_one_channel_wide_bf16.cpp), y written in oneDNN's
 // blocks of 16 channels ([n][oc/16][oh][ow][16] float32), pairs of taps along a row.

@@ -2,7 +2,9 @@
 // whose input and output channels come in blocks of 16 (the convnet's conv 2 and 3, AlexNet's
 // 5x5 and 3x3 layers), on vdpbf16ps, where oneDNN 2.6's bf16 kernel runs at 55-65% of the peak.
 // x and dy come as oneDNN's other passes read them: bf16 bits in blocks of 16 channels
-// ([n][c/16][h][w][16]). The pairs are images (2 np, 2 np + 1), which wastes no products on
+// ([n][c/16][h][w][16]); a first layer of one input channel (the convnet's conv 1, whose weight
+// gradient oneDNN ran in fp32 on rounded copies) takes x as float32 [n][h][w] and dy as float32
+// blocks, rounded as they are laid out. The pairs are images (2 np, 2 np + 1), which wastes no products on
 // odd maps (pairs of output rows would on the convnet's 11 x 11 and AlexNet's 7 x 7):
 //
 //   dq[np][b][oy][ox][o] = (dy[2 np][oy][ox][16 b + o], dy[2 np + 1][oy][ox][16 b + o])
@@ -17,12 +19,14 @@
 // zeros, in dy and in x (a non-finite x there would make 0 * x a NaN). A pass holds G blocks of
 // 16 outputs times J values of a run in registers (G * J sums, G words of dy loaded once a pixel,
 // x broadcast as each product's operand) and streams a chunk of image pairs. The sums are dw
-// itself in oneDNN's blocks of 16 x 16 (ABcd16b16a: [oc/16][c/16][kh][kw][16 ci][16 o]), which
-// its weight pass writes too and our reorder takes to the plain layout.
+// itself in oneDNN's blocks of 16 x 16 (ABcd16b16a: [oc/16][c/16][kh][kw][16 ci][16 o]), or for
+// one channel its blocks of 16 outputs (Acdb16a: [oc/16][kh][kw][16 o]), which its weight pass
+// writes too and our reorder takes to the plain layout.
 #include <algorithm>
 #include <cstdlib>
 #include <immintrin.h>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "conv_onednn.hpp"
@@ -53,6 +57,7 @@ struct Geometry {
         xqPair(static_cast<std::size_t>(xpRows) * xpRow) {}
   // The 16 sums of block b, tap row ky, run value j = kx * c + ci, in dw's blocks.
   float* sums(float* dw, int b, int ky, int j) const {
+    if (c == 1) return dw + ((static_cast<std::size_t>(b) * kh + ky) * kw + j) * kLanes;
     const int kx = j / c, ci = j % c;
     const std::size_t tile = ((static_cast<std::size_t>(b) * (c / kLanes) + ci / kLanes) * kh + ky) * kw + kx;
     return dw + (tile * kLanes + ci % kLanes) * kLanes;
@@ -64,19 +69,29 @@ XS_DPBF16 inline __m512i widen(const std::uint16_t* p) {
   return _mm512_maskz_cvtepu16_epi32(kAllLanes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// 16 values of dy's blocks as the low halves of 16 words: bf16 bits as they are, float32 rounded.
+template <class T>
+XS_DPBF16 inline __m512i lowHalves(const T* p) {
+  if constexpr (std::is_same_v<T, float>)
+    return _mm512_maskz_srli_epi32(kAllLanes, _mm512_castps_si512(roundBf16(_mm512_loadu_ps(p))), 16);
+  else
+    return widen(p);
+}
+
 // Images 2 np and 2 np + 1 (zeros past the batch) of dy's blocks -> dq's pair, and with db the
 // bias's sums (16 a block, from zero at pair 0) += each word's pair, the high half first.
-XS_DPBF16 void dyWords(std::uint32_t* dq, float* db, const std::uint16_t* dy, int np, const Geometry& q) {
+template <class T>
+XS_DPBF16 void dyWords(std::uint32_t* dq, float* db, const T* dy, int np, const Geometry& q) {
   const __m512i ones = _mm512_set1_epi32(0x3f803f80);  // bf16 1.0 in both halves
   const std::size_t plane = static_cast<std::size_t>(q.oh) * q.ow * kLanes, image = q.blocks * plane;
   const bool hasHi = 2 * np + 1 < q.n;
   for (int b = 0; b < q.blocks; ++b) {
-    const std::uint16_t* lo = dy + 2 * np * image + b * plane;
+    const T* lo = dy + 2 * np * image + b * plane;
     __m512 sums = db && np > 0 ? _mm512_loadu_ps(db + b * kLanes) : _mm512_setzero_ps();
     for (std::size_t p = 0; p < plane; p += kLanes, dq += kLanes) {
       const __m512i hi =
-          hasHi ? _mm512_maskz_slli_epi32(kAllLanes, widen(lo + image + p), 16) : _mm512_setzero_si512();
-      const __m512i words = _mm512_or_si512(widen(lo + p), hi);
+          hasHi ? _mm512_maskz_slli_epi32(kAllLanes, lowHalves(lo + image + p), 16) : _mm512_setzero_si512();
+      const __m512i words = _mm512_or_si512(lowHalves(lo + p), hi);
       _mm512_store_si512(dq, words);
       if (db) sums = _mm512_dpbf16_ps(sums, (__m512bh)words, (__m512bh)ones);
     }
@@ -108,6 +123,23 @@ XS_DPBF16 void xWords(std::uint32_t* xq, const std::uint16_t* x, int np, const G
     to += side;
   }
   std::fill(to, to + border, 0u);
+}
+
+// One input channel: images 2 np and 2 np + 1 (zeros past the batch) of x [n][h][w] float32 ->
+// xq's pair, [xpRows][xpRow] words of the padded images, rounded, zeros in the padding.
+XS_DPBF16 void xWordsOneChannel(std::uint32_t* xq, const float* x, int np, const Geometry& q) {
+  const std::size_t image = static_cast<std::size_t>(q.h) * q.w;
+  const bool hasHi = 2 * np + 1 < q.n;
+  std::fill(xq, xq + q.xqPair, 0u);
+  for (int iy = 0; iy < q.h; ++iy) {
+    const float* lo = x + 2 * np * image + static_cast<std::size_t>(iy) * q.w;
+    std::uint32_t* to = xq + static_cast<std::size_t>(iy + q.pad) * q.xpRow + q.pad;
+    for (int ix = 0; ix < q.w; ix += kLanes) {
+      const __mmask16 m = firstLanes(q.w - ix);
+      const __m512 hi = hasHi ? _mm512_maskz_loadu_ps(m, lo + image + ix) : _mm512_setzero_ps();
+      _mm512_mask_storeu_epi32(to + ix, m, pairWords(_mm512_maskz_loadu_ps(m, lo + ix), hi));
+    }
+  }
 }
 
 // The sums of blocks b0 .. b0 + G - 1, tap row ky, run values j0 .. j0 + J - 1, over the
@@ -197,12 +229,12 @@ bool useWideWeightGradientBf16(const Device& dev, const ConvGeom& g) {
   // larger layers (AlexNet 224's 3 x 3 ones, 2.4-3.5 MB) cost more than oneDNN's kernel loses.
   constexpr std::size_t kMaxSumBytes = 3 << 19;
   const std::size_t sumBytes = static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw * sizeof(float);
-  return narrowBf16(dev) && g.stride == 1 && g.c % kLanes == 0 && g.oc % kLanes == 0 && g.oh() > 0 && g.ow() > 0 &&
-         sumBytes <= kMaxSumBytes;
+  return narrowBf16(dev) && g.stride == 1 && (g.c % kLanes == 0 || g.c == 1) && g.oc % kLanes == 0 && g.oh() > 0 &&
+         g.ow() > 0 && sumBytes <= kMaxSumBytes;
 }
 
-void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const std::uint16_t* dy,
-                                  const std::uint16_t* x, const ConvGeom& g) {
+void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const void* dy, const void* x,
+                                  const ConvGeom& g) {
   const Geometry q(g);
   const std::size_t pairBytes = (q.dqPair + q.xqPair) * sizeof(std::uint32_t);
   const int chunk = static_cast<int>(std::clamp<std::size_t>(kChunkBytes / pairBytes, 1, q.pairs));
@@ -211,8 +243,13 @@ void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const
   for (int p0 = 0; p0 < q.pairs; p0 += chunk) {
     const int pairs = std::min(chunk, q.pairs - p0);
     for (int i = 0; i < pairs; ++i) {
-      dyWords(dq + i * q.dqPair, db, dy, p0 + i, q);
-      xWords(xq + i * q.xqPair, x, p0 + i, q);
+      if (q.c == 1) {
+        dyWords(dq + i * q.dqPair, db, static_cast<const float*>(dy), p0 + i, q);
+        xWordsOneChannel(xq + i * q.xqPair, static_cast<const float*>(x), p0 + i, q);
+      } else {
+        dyWords(dq + i * q.dqPair, db, static_cast<const std::uint16_t*>(dy), p0 + i, q);
+        xWords(xq + i * q.xqPair, static_cast<const std::uint16_t*>(x), p0 + i, q);
+      }
     }
     chunkSums(dwBlocks, dq, xq, pairs, q, p0 == 0);
   }
