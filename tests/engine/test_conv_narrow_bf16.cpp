@@ -57,22 +57,16 @@ struct Operands {
 // The forward: from the bias over ky, pairs of input channels (ci, ci + 1), then kx.
 Vec forwardReference(const Operands& a, const float* b) {
   const ConvGeom& g = a.g;
-  Vec y(yCount(g));
-  for (int n = 0; n < g.n; ++n)
-    for (int oy = 0; oy < g.oh(); ++oy)
-      for (int ox = 0; ox < g.ow(); ++ox)
-        for (int o = 0; o < g.oc; ++o) {
-          float acc = b ? b[o] : 0.f;
-          for (int ky = 0; ky < g.kh; ++ky)
-            for (int ci = 0; ci < g.c; ci += 2)
-              for (int kx = 0; kx < g.kw; ++kx) {
-                const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
-                acc = pairStep(acc, a.X(n, iy, ix, ci), a.W(o, ci, ky, kx), a.X(n, iy, ix, ci + 1),
-                               a.W(o, ci + 1, ky, kx));
-              }
-          y[((static_cast<std::size_t>(n) * g.oh() + oy) * g.ow() + ox) * g.oc + o] = acc;
+  return test::eachOutput(g, [&](int n, int oy, int ox, int o) {
+    float acc = b ? b[o] : 0.f;
+    for (int ky = 0; ky < g.kh; ++ky)
+      for (int ci = 0; ci < g.c; ci += 2)
+        for (int kx = 0; kx < g.kw; ++kx) {
+          const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
+          acc = pairStep(acc, a.X(n, iy, ix, ci), a.W(o, ci, ky, kx), a.X(n, iy, ix, ci + 1), a.W(o, ci + 1, ky, kx));
         }
-  return y;
+    return acc;
+  });
 }
 
 // The input gradient: each pixel's run t over pairs of output channels (o, o + 1) from zero,
@@ -86,36 +80,31 @@ Vec dataReference(const Operands& a) {
   });
 }
 
-struct Grads {
-  Vec dw, db;
-};
+using Grads = test::WeightGrads;
 
 // The weight and bias gradients: from zero over images, pairs of output rows (oy, oy + 1) and
 // pixels, then added to start. An odd last row pairs with zeros, x's too.
 Grads weightReference(const Operands& a, const Grads& start) {
   const ConvGeom& g = a.g;
-  Grads r = start;
-  for (int o = 0; o < g.oc; ++o) {
-    for (int ci = 0; ci < g.c; ++ci)
-      for (int ky = 0; ky < g.kh; ++ky)
-        for (int kx = 0; kx < g.kw; ++kx) {
-          float s = 0.f;
-          for (int n = 0; n < g.n; ++n)
-            for (int oy = 0; oy < g.oh(); oy += 2)
-              for (int ox = 0; ox < g.ow(); ++ox) {
-                const int ix = ox + kx - g.pad;
-                const float xHi = oy + 1 < g.oh() ? a.X(n, oy + 1 + ky - g.pad, ix, ci) : 0.f;
-                s = pairStep(s, a.D(n, oy, ox, o), a.X(n, oy + ky - g.pad, ix, ci), a.D(n, oy + 1, ox, o), xHi);
-              }
-          r.dw[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx] += s;
+  auto weight = [&](int o, int ci, int ky, int kx) {
+    float s = 0.f;
+    for (int n = 0; n < g.n; ++n)
+      for (int oy = 0; oy < g.oh(); oy += 2)
+        for (int ox = 0; ox < g.ow(); ++ox) {
+          const int ix = ox + kx - g.pad;
+          const float xHi = oy + 1 < g.oh() ? a.X(n, oy + 1 + ky - g.pad, ix, ci) : 0.f;
+          s = pairStep(s, a.D(n, oy, ox, o), a.X(n, oy + ky - g.pad, ix, ci), a.D(n, oy + 1, ox, o), xHi);
         }
+    return s;
+  };
+  auto bias = [&](int o) {
     float s = 0.f;
     for (int n = 0; n < g.n; ++n)
       for (int oy = 0; oy < g.oh(); oy += 2)
         for (int ox = 0; ox < g.ow(); ++ox) s = pairStep(s, a.D(n, oy, ox, o), 1.f, a.D(n, oy + 1, ox, o), 1.f);
-    r.db[o] += s;
-  }
-  return r;
+    return s;
+  };
+  return test::weightSums(g, start, weight, bias);
 }
 
 // Shapes: LeNet-5's conv 2 (6 channels into 16, 5 x 5); 2 channels 3 x 3 into 8 with padding
@@ -337,27 +326,24 @@ Grads wideWeightReference(const Operands& a, const Grads& start) {
   const ConvGeom& g = a.g;
   auto X = [&](int n, int iy, int ix, int ci) { return n < g.n ? a.X(n, iy, ix, ci) : 0.f; };
   auto D = [&](int n, int oy, int ox, int o) { return n < g.n ? a.D(n, oy, ox, o) : 0.f; };
-  Grads r = start;
-  for (int o = 0; o < g.oc; ++o) {
-    for (int ci = 0; ci < g.c; ++ci)
-      for (int ky = 0; ky < g.kh; ++ky)
-        for (int kx = 0; kx < g.kw; ++kx) {
-          float s = 0.f;
-          for (int n = 0; n < g.n; n += 2)
-            for (int oy = 0; oy < g.oh(); ++oy)
-              for (int ox = 0; ox < g.ow(); ++ox) {
-                const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
-                s = pairStep(s, D(n, oy, ox, o), X(n, iy, ix, ci), D(n + 1, oy, ox, o), X(n + 1, iy, ix, ci));
-              }
-          r.dw[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx] += s;
+  auto weight = [&](int o, int ci, int ky, int kx) {
+    float s = 0.f;
+    for (int n = 0; n < g.n; n += 2)
+      for (int oy = 0; oy < g.oh(); ++oy)
+        for (int ox = 0; ox < g.ow(); ++ox) {
+          const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
+          s = pairStep(s, D(n, oy, ox, o), X(n, iy, ix, ci), D(n + 1, oy, ox, o), X(n + 1, iy, ix, ci));
         }
+    return s;
+  };
+  auto bias = [&](int o) {
     float s = 0.f;
     for (int n = 0; n < g.n; n += 2)
       for (int oy = 0; oy < g.oh(); ++oy)
         for (int ox = 0; ox < g.ow(); ++ox) s = pairStep(s, D(n, oy, ox, o), 1.f, D(n + 1, oy, ox, o), 1.f);
-    r.db[o] += s;
-  }
-  return r;
+    return s;
+  };
+  return test::weightSums(g, start, weight, bias);
 }
 
 // As a layer's backward reaches it, through oneDNN's layouts: dw and db those pair sums, bit for
@@ -422,22 +408,17 @@ TEST_F(ConvNarrowBf16, WideWeightGradientMatchesItsPairSumsBitForBit) {
 // tap pairs along the row (kx, kx + 1), an odd width's last tap alone.
 Vec oneChannelWideReference(const Operands& a, const float* b) {
   const ConvGeom& g = a.g;
-  Vec y(yCount(g));
-  for (int n = 0; n < g.n; ++n)
-    for (int oy = 0; oy < g.oh(); ++oy)
-      for (int ox = 0; ox < g.ow(); ++ox)
-        for (int o = 0; o < g.oc; ++o) {
-          float acc = b ? b[o] : 0.f;
-          for (int ky = 0; ky < g.kh; ++ky)
-            for (int kx = 0; kx < g.kw; kx += 2) {
-              const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
-              const bool pair = kx + 1 < g.kw;
-              acc = pairStep(acc, a.X(n, iy, ix, 0), a.W(o, 0, ky, kx), pair ? a.X(n, iy, ix + 1, 0) : 0.f,
-                             pair ? a.W(o, 0, ky, kx + 1) : 0.f);
-            }
-          y[((static_cast<std::size_t>(n) * g.oh() + oy) * g.ow() + ox) * g.oc + o] = acc;
-        }
-  return y;
+  return test::eachOutput(g, [&](int n, int oy, int ox, int o) {
+    float acc = b ? b[o] : 0.f;
+    for (int ky = 0; ky < g.kh; ++ky)
+      for (int kx = 0; kx < g.kw; kx += 2) {
+        const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
+        const bool pair = kx + 1 < g.kw;
+        acc = pairStep(acc, a.X(n, iy, ix, 0), a.W(o, 0, ky, kx), pair ? a.X(n, iy, ix + 1, 0) : 0.f,
+                       pair ? a.W(o, 0, ky, kx + 1) : 0.f);
+      }
+    return acc;
+  });
 }
 
 // Through conv2dForward, y channels last and in the blocks the max-pool after it takes: the

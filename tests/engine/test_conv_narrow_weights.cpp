@@ -22,36 +22,31 @@ using Case = test::ConvCase;
 using test::wCount, test::xCount, test::yCount;
 constexpr auto geom = test::nhwcGeom;
 
-struct Grads {
-  Vec dw, db;
-};
+using Grads = test::WeightGrads;
 
 // The sums conv_narrow_weights.cpp documents, in its order: each from zero over images, rows and
 // pixels with fused multiply-adds (zeros outside the image), then added to dw / db or written.
 Grads reference(const ConvGeom& g, const Vec& x, const Vec& dy, const Grads& start) {
   const int oh = g.oh(), ow = g.ow();
-  Grads r = start;
-  for (int o = 0; o < g.oc; ++o) {
-    for (int ci = 0; ci < g.c; ++ci)
-      for (int ky = 0; ky < g.kh; ++ky)
-        for (int kx = 0; kx < g.kw; ++kx) {
-          float s = 0.f;
-          for (int n = 0; n < g.n; ++n)
-            for (int oy = 0; oy < oh; ++oy)
-              for (int ox = 0; ox < ow; ++ox) {
-                const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
-                const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-                const float v = inside ? x[((static_cast<std::size_t>(n) * g.h + iy) * g.w + ix) * g.c + ci] : 0.f;
-                s = std::fma(dy[((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * g.oc + o], v, s);
-              }
-          float& to = r.dw[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx];
-          to = g.overwriteGrads ? s : to + s;
+  auto weight = [&](int o, int ci, int ky, int kx) {
+    float s = 0.f;
+    for (int n = 0; n < g.n; ++n)
+      for (int oy = 0; oy < oh; ++oy)
+        for (int ox = 0; ox < ow; ++ox) {
+          const int iy = oy + ky - g.pad, ix = ox + kx - g.pad;
+          const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+          const float v = inside ? x[((static_cast<std::size_t>(n) * g.h + iy) * g.w + ix) * g.c + ci] : 0.f;
+          s = std::fma(dy[((static_cast<std::size_t>(n) * oh + oy) * ow + ox) * g.oc + o], v, s);
         }
+    return s;
+  };
+  auto bias = [&](int o) {
     float s = 0.f;
     for (std::size_t p = 0; p < static_cast<std::size_t>(g.n) * oh * ow; ++p) s += dy[p * g.oc + o];
-    r.db[o] = g.overwriteGrads ? s : r.db[o] + s;
-  }
-  return r;
+    return s;
+  };
+  return test::weightSums(g, g.overwriteGrads ? Grads{Vec(start.dw.size(), 0.f), Vec(start.db.size(), 0.f)} : start,
+                          weight, bias);
 }
 
 // Shapes: LeNet-5's conv 2 (a run of 30: two passes of 15); 3 channels 3 x 3, padding 1, 8

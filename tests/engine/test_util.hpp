@@ -83,6 +83,37 @@ std::vector<float> narrowDataOrder(const ConvGeom& g, Run run) {
   return dx;
 }
 
+// y [n][oh][ow][oc] of a reference forward, each value(n, oy, ox, o).
+template <class Value>
+std::vector<float> eachOutput(const ConvGeom& g, Value value) {
+  std::vector<float> y(yCount(g));
+  for (int n = 0; n < g.n; ++n)
+    for (int oy = 0; oy < g.oh(); ++oy)
+      for (int ox = 0; ox < g.ow(); ++ox)
+        for (int o = 0; o < g.oc; ++o)
+          y[((static_cast<std::size_t>(n) * g.oh() + oy) * g.ow() + ox) * g.oc + o] = value(n, oy, ox, o);
+  return y;
+}
+
+// A weight pass's gradients: dw [oc][c][kh][kw] and db [oc].
+struct WeightGrads {
+  std::vector<float> dw, db;
+};
+
+// Reference weight and bias gradients: r plus each weight's sum(o, ci, ky, kx) and each output's
+// bias(o).
+template <class Sum, class Bias>
+WeightGrads weightSums(const ConvGeom& g, WeightGrads r, Sum sum, Bias bias) {
+  for (int o = 0; o < g.oc; ++o) {
+    for (int ci = 0; ci < g.c; ++ci)
+      for (int ky = 0; ky < g.kh; ++ky)
+        for (int kx = 0; kx < g.kw; ++kx)
+          r.dw[((static_cast<std::size_t>(o) * g.c + ci) * g.kh + ky) * g.kw + kx] += sum(o, ci, ky, kx);
+    r.db[o] += bias(o);
+  }
+  return r;
+}
+
 inline std::vector<float> pattern(std::size_t n, std::uint64_t seed, float scale = 1.f) {
   std::vector<float> v(n);
   fillPattern(v.data(), n, seed, scale);

@@ -81,28 +81,15 @@ XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* xs, 
   }
   const std::size_t blockWords = static_cast<std::size_t>(q.kh) * q.pairs * kLanes;
   const std::uint32_t* wb = wv + b0 * blockWords;
-  auto step = [&](const std::uint32_t* wq0, auto word) XS_DPBF16 {  // one pair: word(p) is pixel p's x
-    __m512i wq[G];
-#pragma GCC unroll 4
-    for (int gi = 0; gi < G; ++gi) {
-      wq[gi] = _mm512_load_si512(wq0 + gi * blockWords);
-      asm("" : "+v"(wq[gi]));  // one load for its products: GCC would fold it into each
-    }
-#pragma GCC unroll 16
-    for (int p = 0; p < P; ++p) {
-      const __m512i xv = _mm512_set1_epi32(static_cast<int>(word(p)));
-#pragma GCC unroll 4
-      for (int gi = 0; gi < G; ++gi) acc[gi][p] = _mm512_dpbf16_ps(acc[gi][p], (__m512bh)wq[gi], (__m512bh)xv);
-    }
-  };
   const int full = q.kw / 2;
-  for (int ky = 0; ky < q.kh; ++ky) {
+  for (int ky = 0; ky < q.kh; ++ky) {  // each pair: the weights' words of G blocks times pixel p's x
     const std::size_t at = static_cast<std::size_t>(oy + ky) * q.xpRow + ox;
     const std::uint16_t* row = xb + at;
-    for (int pq = 0; pq < full; ++pq, wb += kLanes) step(wb, [&](int p) { return wordAt(row + 2 * pq + p); });
+    for (int pq = 0; pq < full; ++pq, wb += kLanes)
+      dpbf16Tile(acc, wb, blockWords, [row, pq](int p) { return wordAt(row + 2 * pq + p); });
     if (q.single) {
       const std::uint32_t* last = xs + at + q.kw - 1;
-      step(wb, [&](int p) { return last[p]; });
+      dpbf16Tile(acc, wb, blockWords, [last](int p) { return last[p]; });
       wb += kLanes;
     }
   }

@@ -158,20 +158,8 @@ XS_DPBF16 void pass(float* s, const std::uint32_t* dq, const std::uint32_t* xq, 
     const std::uint32_t* xn = xq + np * q.xqPair + j0;
     for (int oy = 0; oy < q.oh; ++oy) {
       const std::uint32_t* x = xn + static_cast<std::size_t>(oy + ky) * q.xpRow;
-      for (int ox = 0; ox < q.ow; ++ox, d += kLanes, x += q.c) {
-        __m512i dv[G];
-#pragma GCC unroll 4
-        for (int gi = 0; gi < G; ++gi) {
-          dv[gi] = _mm512_load_si512(d + gi * blockWords);
-          asm("" : "+v"(dv[gi]));  // one load for its products: GCC would fold it into each
-        }
-#pragma GCC unroll 32
-        for (int j = 0; j < J; ++j) {
-          const __m512i xv = _mm512_set1_epi32(static_cast<int>(x[j]));
-#pragma GCC unroll 4
-          for (int gi = 0; gi < G; ++gi) acc[gi][j] = _mm512_dpbf16_ps(acc[gi][j], (__m512bh)dv[gi], (__m512bh)xv);
-        }
-      }
+      for (int ox = 0; ox < q.ow; ++ox, d += kLanes, x += q.c)
+        dpbf16Tile(acc, d, blockWords, [x](int j) { return x[j]; });
     }
   }
 #pragma GCC unroll 32

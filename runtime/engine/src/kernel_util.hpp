@@ -49,6 +49,24 @@ __attribute__((target("avx512f"))) inline __m512i pairWordsOf(__m512 lo, __m512 
     return _mm512_or_si512(_mm512_maskz_srli_epi32(kAllLanes, _mm512_castps_si512(lo), 16), _mm512_castps_si512(hi));
 }
 
+// One step of a register tile on vdpbf16ps: G vectors of words, a + gi * stride (each loaded once),
+// times J words broadcast, word(j): acc[gi][j] += a_gi . word(j), the high halves' product first.
+template <int G, int J, class Word>
+XS_DPBF16 inline void dpbf16Tile(__m512 (&acc)[G][J], const std::uint32_t* a, std::size_t stride, Word word) {
+  __m512i av[G];
+#pragma GCC unroll 4
+  for (int gi = 0; gi < G; ++gi) {
+    av[gi] = _mm512_load_si512(a + gi * stride);
+    asm("" : "+v"(av[gi]));  // one load for its products: GCC would fold it into each
+  }
+#pragma GCC unroll 32
+  for (int j = 0; j < J; ++j) {
+    const __m512i xv = _mm512_set1_epi32(static_cast<int>(word(j)));
+#pragma GCC unroll 4
+    for (int gi = 0; gi < G; ++gi) acc[gi][j] = _mm512_dpbf16_ps(acc[gi][j], (__m512bh)av[gi], (__m512bh)xv);
+  }
+}
+
 // The word of the two bf16 values at p (p[0] in the low half), for bits written as 16-bit
 // values: read through memcpy, which the compiler makes one load.
 inline std::uint32_t wordAt(const std::uint16_t* p) {
