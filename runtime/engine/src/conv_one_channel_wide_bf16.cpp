@@ -124,14 +124,15 @@ void conv2dForwardOneChannelWideBf16(Device& dev, float* yBlocks, const float* x
       detail::scratch(dev, kWeightSlot, static_cast<std::size_t>(q.blocks) * q.kh * q.pairs * kLanes));
   weightWords(wv, w, q);
   const std::size_t xpCount = static_cast<std::size_t>(q.xpRows) * q.xpRow;
-  auto* xb = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kImageSlot, (xpCount + 1) / 2 + 1));
-  std::fill(xb, xb + xpCount + 1, std::uint16_t{0});  // and one past the last, which a word may read
+  auto* xb = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kImageSlot, (xpCount + 1) / 2));
+  std::fill(xb, xb + xpCount, std::uint16_t{0});  // a pair's word stays in its row: (ow - 1) + kw - 1 < xpRow
   auto* xs = q.single ? reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kSingleSlot, xpCount)) : nullptr;
   if (xs) std::fill(xs, xs + xpCount, 0u);
   const int G = q.blocks % 2 == 0 ? 2 : 1;
   // The row's pixels in tiles of at most kMaxPixels, as even as they come.
   const int tiles = (q.ow + kMaxPixels - 1) / kMaxPixels;
-  const std::size_t image = static_cast<std::size_t>(q.h) * q.w, yImage = static_cast<std::size_t>(q.blocks) * q.oh * q.ow * kLanes;
+  const std::size_t image = static_cast<std::size_t>(q.h) * q.w;
+  const std::size_t yImage = static_cast<std::size_t>(q.blocks) * q.oh * q.ow * kLanes;
   for (int n = 0; n < g.n; ++n) {
     imageBits(xb, xs, x + n * image, q);
     float* yn = yBlocks + n * yImage;

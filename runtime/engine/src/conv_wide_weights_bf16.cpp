@@ -1,11 +1,11 @@
 // conv_wide_weights_bf16.cpp: native bf16's weight and bias gradients of a stride-1 convolution
-// whose input and output channels come in blocks of 16 (the convnet's conv 2 and 3, AlexNet's
-// 5x5 and 3x3 layers), on vdpbf16ps, where oneDNN 2.6's bf16 kernel runs at 55-65% of the peak.
-// x and dy come as oneDNN's other passes read them: bf16 bits in blocks of 16 channels
-// ([n][c/16][h][w][16]); a first layer of one input channel (the convnet's conv 1, whose weight
-// gradient oneDNN ran in fp32 on rounded copies) takes x as float32 [n][h][w] and dy as float32
-// blocks, rounded as they are laid out. The pairs are images (2 np, 2 np + 1), which wastes no products on
-// odd maps (pairs of output rows would on the convnet's 11 x 11 and AlexNet's 7 x 7):
+// whose output channels come in blocks of 16 and input channels in blocks of 16 or one (the
+// convnet's three layers, AlexNet's 5 x 5 one, ResNet-18's of 64 and 128 channels), on vdpbf16ps,
+// where oneDNN 2.6's bf16 kernel ran at 53-66% of the peak. x and dy come as oneDNN's weight pass
+// reads them: bf16 bits in blocks of 16 channels ([n][c/16][h][w][16]); for one input channel
+// (whose weight gradient oneDNN ran in fp32 on rounded copies) x float32 [n][h][w] and dy float32
+// blocks, rounded as they are laid out. The pairs are images (2 np, 2 np + 1), which wastes no
+// products on odd maps (pairs of output rows would on the convnet's 11 x 11 and AlexNet's 7 x 7):
 //
 //   dq[np][b][oy][ox][o] = (dy[2 np][oy][ox][16 b + o], dy[2 np + 1][oy][ox][16 b + o])
 //   xq[np][r][ix][ci]    = (xp[2 np][r][ix][ci], xp[2 np + 1][r][ix][ci])
@@ -151,7 +151,8 @@ XS_DPBF16 void pass(float* s, const std::uint32_t* dq, const std::uint32_t* xq, 
 #pragma GCC unroll 32
   for (int gi = 0; gi < G; ++gi)
 #pragma GCC unroll 32
-    for (int j = 0; j < J; ++j) acc[gi][j] = first ? _mm512_setzero_ps() : _mm512_load_ps(q.sums(s, b0 + gi, ky, j0 + j));
+    for (int j = 0; j < J; ++j)
+      acc[gi][j] = first ? _mm512_setzero_ps() : _mm512_load_ps(q.sums(s, b0 + gi, ky, j0 + j));
   const std::size_t blockWords = static_cast<std::size_t>(q.oh) * q.ow * kLanes;
   for (int np = 0; np < pairs; ++np) {
     const std::uint32_t* d = dq + np * q.dqPair + b0 * blockWords;
