@@ -191,7 +191,11 @@ TEST_F(ConvNarrowBf16, OddChannelsRunTheEmulatedKernels) {
 // Through conv2dForward and conv2dBackward, as a layer calls them: fp32 on the rounded operands
 // to its tolerance (the sums differ in order only).
 TEST_F(ConvNarrowBf16, AgreesWithFp32OnRoundedOperands) {
-  for (const Case& c : kCases) {
+  // The narrow shapes, then wide ones (conv_wide_weights_bf16.cpp, conv_one_channel_wide_bf16.cpp):
+  // the convnet's conv 3 and conv 1, on odd batches.
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.insert(cases.end(), {Case{3, 64, 10, 10, 128, 3, 0}, Case{3, 1, 28, 28, 32, 5, 1}});
+  for (const Case& c : cases) {
     const ConvGeom g = geom(c);
     const Vec x = rounded(test::pattern(xCount(g), 11)), w = rounded(test::pattern(wCount(g), 12)),
               b = test::pattern(g.oc, 13), dy = rounded(test::pattern(yCount(g), 14));
