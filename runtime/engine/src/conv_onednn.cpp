@@ -144,7 +144,8 @@ ConvCache& cache(Device& dev) {
 // gradient runs emulated, the fp32 primitive on operands rounded to bf16, as the narrow
 // convolutions do. oneDNN's AMX kernel for it reduces over few channels per tile row: convnet
 // conv 1 (1 -> 32, batch 16) 0.43 ms against 0.12, AlexNet's (3 -> 64, 11x11, batch 32) 30.2
-// against 25.3 (docs/engine.md).
+// against 25.3 (docs/engine.md). Where our vdpbf16ps kernels run, one channel into blocks of 16
+// takes ours instead (wideWeightGrad below), on that pass's float32 layouts.
 bool weightGradEmulated(const Device& dev, const ConvGeom& g) { return nativeBf16(dev) && g.c < 16; }
 
 std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool winograd) {
