@@ -5,11 +5,10 @@
 // are taps along a row (kx, kx + 1); an odd width's last tap is alone, its word's high half zero
 // in the weights and in x (a value outside the window must not meet the zero: 0 * inf is a NaN):
 //
-//   xb[r][ix]        = xp[r][ix] as bf16 bits                   the padded image
-//   xs[r][ix]        = (xp[r][ix], 0)                           its single values, for a last tap
+//   xb[r][ix]        = xp[r][ix] as bf16 bits (PaddedImages)    the padded image
 //   wv[b][ky][q][o]  = (w[16 b + o][ky][2 q], w[16 b + o][ky][2 q + 1] or 0)
 //   y[b][oy][ox][o]  = bias[16 b + o], then + wv[b][ky][q][o] . (xb[oy + ky][ox + 2 q], xb[..][ox + 2 q + 1])
-//                      over ky and pairs q in that order (xs's word for a last tap alone)
+//                      over ky and pairs q in that order ((xb[..][ox + 2 q], 0) for a last tap alone)
 //
 // with a . b vdpbf16ps's pair product (the high halves' first): two neighbouring values of xb are
 // the word a product reads, broadcast from memory as it lies. A tile holds G blocks of 16 outputs
@@ -30,14 +29,14 @@ constexpr int kLanes = 16;
 // registers.
 constexpr int kMaxPixels = 12;
 // Scratch slots (oneDNN's scratchpad is slot 3, unused on this path).
-constexpr int kImageSlot = 4, kWeightSlot = 5, kSingleSlot = 6;
+constexpr int kImageSlot = 4, kWeightSlot = 5;
 
 struct Geometry {
-  int blocks, h, w, pad, oh, ow, kh, kw, pairs, xpRows, xpRow;
+  int blocks, oh, ow, kh, kw, pairs, xpRow;
   bool single;  // an odd width: the last pair is its last tap alone
   explicit Geometry(const ConvGeom& g)
-      : blocks(g.oc / kLanes), h(g.h), w(g.w), pad(g.pad), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw),
-        pairs((g.kw + 1) / 2), xpRows(g.h + 2 * g.pad), xpRow(g.w + 2 * g.pad), single(g.kw % 2 != 0) {}
+      : blocks(g.oc / kLanes), oh(g.oh()), ow(g.ow()), kh(g.kh), kw(g.kw), pairs((g.kw + 1) / 2),
+        xpRow(g.w + 2 * g.pad), single(g.kw % 2 != 0) {}
 };
 
 // w [oc][1][kh][kw] -> wv [blocks][kh][pairs][16] words, rounded; an odd width's last pair (w, 0).
@@ -52,26 +51,10 @@ void weightWords(std::uint32_t* wv, const float* w, const Geometry& q) {
         }
 }
 
-// Image x [h][w] -> xb [xpRows][xpRow] bits, rounded, and (an odd width) xs's words of them, where
-// the padding leaves them (the padding's zeros written by the caller, once a call).
-XS_DPBF16 void imageBits(std::uint16_t* xb, std::uint32_t* xs, const float* x, const Geometry& q) {
-  for (int iy = 0; iy < q.h; ++iy) {
-    const float* from = x + static_cast<std::size_t>(iy) * q.w;
-    const std::size_t at = static_cast<std::size_t>(iy + q.pad) * q.xpRow + q.pad;
-    for (int ix = 0; ix < q.w; ix += kLanes) {
-      const __mmask16 m = firstLanes(q.w - ix);
-      const __m512i words = _mm512_maskz_srli_epi32(
-          kAllLanes, _mm512_castps_si512(roundBf16(_mm512_maskz_loadu_ps(m, from + ix))), 16);
-      _mm512_mask_cvtepi32_storeu_epi16(xb + at + ix, m, words);
-      if (q.single) _mm512_mask_storeu_epi32(xs + at + ix, m, words);
-    }
-  }
-}
-
 // Blocks b0 .. b0 + G - 1 of P pixels from (oy, ox) of one image.
 template <int G, int P>
-XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* xs, const std::uint32_t* wv,
-                    const float* bias, const Geometry& q, int b0, int oy, int ox) {
+XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* wv, const float* bias, const Geometry& q,
+                    int b0, int oy, int ox) {
   __m512 acc[G][P];
 #pragma GCC unroll 4
   for (int gi = 0; gi < G; ++gi) {
@@ -83,13 +66,12 @@ XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* xs, 
   const std::uint32_t* wb = wv + b0 * blockWords;
   const int full = q.kw / 2;
   for (int ky = 0; ky < q.kh; ++ky) {  // each pair: the weights' words of G blocks times pixel p's x
-    const std::size_t at = static_cast<std::size_t>(oy + ky) * q.xpRow + ox;
-    const std::uint16_t* row = xb + at;
+    const std::uint16_t* row = xb + static_cast<std::size_t>(oy + ky) * q.xpRow + ox;
     for (int pq = 0; pq < full; ++pq, wb += kLanes)
       dpbf16Tile(acc, wb, blockWords, [row, pq](int p) { return wordAt(row + 2 * pq + p); });
-    if (q.single) {
-      const std::uint32_t* last = xs + at + q.kw - 1;
-      dpbf16Tile(acc, wb, blockWords, [last](int p) { return last[p]; });
+    if (q.single) {  // the last tap's value alone in its word
+      const std::uint16_t* last = row + q.kw - 1;
+      dpbf16Tile(acc, wb, blockWords, [last](int p) { return std::uint32_t{last[p]}; });
       wb += kLanes;
     }
   }
@@ -102,8 +84,8 @@ XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* xs, 
   }
 }
 
-using Tile = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const std::uint32_t*, const float*,
-                      const Geometry&, int, int, int);
+using Tile = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const float*, const Geometry&, int, int,
+                      int);
 
 template <int G, std::size_t... I>
 Tile tileOf(int pixels, std::index_sequence<I...>) {
@@ -123,25 +105,21 @@ void conv2dForwardOneChannelWideBf16(Device& dev, float* yBlocks, const float* x
   auto* wv = reinterpret_cast<std::uint32_t*>(
       detail::scratch(dev, kWeightSlot, static_cast<std::size_t>(q.blocks) * q.kh * q.pairs * kLanes));
   weightWords(wv, w, q);
-  const std::size_t xpCount = static_cast<std::size_t>(q.xpRows) * q.xpRow;
-  auto* xb = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kImageSlot, (xpCount + 1) / 2));
-  std::fill(xb, xb + xpCount, std::uint16_t{0});  // a pair's word stays in its row: (ow - 1) + kw - 1 < xpRow
-  auto* xs = q.single ? reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kSingleSlot, xpCount)) : nullptr;
-  if (xs) std::fill(xs, xs + xpCount, 0u);
+  // A pair's word stays in its row: (ow - 1) + kw - 1 < xpRow.
+  const PaddedImages<std::uint16_t> padded(dev, kImageSlot, g);
   const int G = q.blocks % 2 == 0 ? 2 : 1;
   // The row's pixels in tiles of at most kMaxPixels, as even as they come.
   const int tiles = (q.ow + kMaxPixels - 1) / kMaxPixels;
-  const std::size_t image = static_cast<std::size_t>(q.h) * q.w;
   const std::size_t yImage = static_cast<std::size_t>(q.blocks) * q.oh * q.ow * kLanes;
   for (int n = 0; n < g.n; ++n) {
-    imageBits(xb, xs, x + n * image, q);
+    const std::uint16_t* xb = padded.image(x, n);
     float* yn = yBlocks + n * yImage;
     for (int oy = 0; oy < q.oh; ++oy)
       for (int t = 0, ox = 0; t < tiles; ++t) {
         const int pixels = (q.ow - ox) / (tiles - t);
         const Tile run = G == 2 ? tileOf<2>(pixels, std::make_index_sequence<kMaxPixels>())
                                 : tileOf<1>(pixels, std::make_index_sequence<kMaxPixels>());
-        for (int b0 = 0; b0 < q.blocks; b0 += G) run(yn, xb, xs, wv, b, q, b0, oy, ox);
+        for (int b0 = 0; b0 < q.blocks; b0 += G) run(yn, xb, wv, b, q, b0, oy, ox);
         ox += pixels;
       }
   }

@@ -91,7 +91,9 @@ struct Entry {
   Port bwSrc, bwDiffDst, bwDiffWei; // backward weights
   Tensor dwUser, dbUser;            // fp32 gradients before accumulation
   bool sharedDiffDst = false;       // both backward primitives read diff_dst in one layout
-  bool roundedWeightGrad = false;   // native bf16: the weight gradient emulated (weightGradEmulated)
+  // Native bf16: the weight gradient emulated (weightGradEmulated), its x and dy rounded here;
+  // not where our kernel takes it, which rounds them as it reads them.
+  bool roundedWeightGrad = false;
   bool wideWeightGrad = false;      // native bf16: the weight gradient on our kernel (useWideWeightGradientBf16)
   bool oneChannelWide = false;      // native bf16: the forward on our kernel (useOneChannelWideBf16)
   std::size_t scratchpadBytes = 0;
@@ -218,7 +220,6 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
   e->dwUser = Tensor(dev, Shape{g.oc, g.c, g.kh, g.kw}, "convolution weight gradient");
   e->dbUser = Tensor(dev, Shape{g.oc}, "convolution bias gradient");
   e->sharedDiffDst = dpd.diff_dst_desc() == wpd.diff_dst_desc();
-  e->roundedWeightGrad = weightGradAct != act;
   // Our vdpbf16ps kernel reads x and dy and writes dw in the layouts oneDNN's weight pass would:
   // bf16 blocks, or for one input channel (its fp32 pass on rounded copies) float32 ones.
   const dt wideAct = g.c == 1 ? dt::f32 : dt::bf16;
@@ -226,6 +227,7 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
       dstWide(dstD, wideAct, tag::nChw16c), weiWide(weiD, dt::f32, g.c == 1 ? tag::Acdb16a : tag::ABcd16b16a);
   e->wideWeightGrad = wideBf16Slot() && useWideWeightGradientBf16(dev, g) && wpd.src_desc() == srcWide &&
                       wpd.diff_dst_desc() == dstWide && wpd.diff_weights_desc() == weiWide;
+  e->roundedWeightGrad = weightGradAct != act && !e->wideWeightGrad;
   e->oneChannelWide = wideBf16Slot() && useOneChannelWideBf16(dev, g) &&
                       fpd.dst_desc() == memory::desc(dstD, dt::f32, tag::nChw16c);
   for (auto& pd : {fpd.scratchpad_desc(), dpd.scratchpad_desc(), wpd.scratchpad_desc()})
@@ -326,7 +328,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   // prepares nothing for the weight gradient.
   const bool emulated = emulatesBf16(dev);
   bool keptValid = g.keepSrc;
-  if (emulated || (dw && e->roundedWeightGrad && !e->wideWeightGrad)) {  // ours rounds them as it reads them
+  if (emulated || (dw && e->roundedWeightGrad)) {
     if (dw && !g.xRounded) {
       auto r = g.keepSrc ? e->roundedSrc.find(x) : e->roundedSrc.end();
       keptValid = r != e->roundedSrc.end();
