@@ -69,13 +69,19 @@ Vec forwardReference(const Operands& a, const float* b) {
   });
 }
 
-// The input gradient: each pixel's run t over pairs of output channels (o, o + 1) from zero,
-// added into the padded dx in conv_narrow_data.cpp's order (test::narrowDataOrder).
+// The input gradient: each target's run (a padded row iy of dx, a pixel ox of dy) over the rows
+// of dy that reach it, ky ascending, and pairs of output channels (o, o + 1) from zero, added
+// into the padded dx in conv_narrow_data.cpp's order (test::narrowDataColumns).
 Vec dataReference(const Operands& a) {
-  return test::narrowDataOrder(a.g, [&](int n, int oy, int ox, int ky, int kx, int ci) {
+  const ConvGeom& g = a.g;
+  return test::narrowDataColumns(g, [&](int n, int iy, int ox, int kx, int ci) {
     float t = 0.f;
-    for (int o = 0; o < a.g.oc; o += 2)
-      t = pairStep(t, a.D(n, oy, ox, o), a.W(o, ci, ky, kx), a.D(n, oy, ox, o + 1), a.W(o + 1, ci, ky, kx));
+    for (int ky = 0; ky < g.kh; ++ky) {
+      const int oy = iy - ky;
+      if (oy < 0 || oy >= g.oh()) continue;
+      for (int o = 0; o < g.oc; o += 2)
+        t = pairStep(t, a.D(n, oy, ox, o), a.W(o, ci, ky, kx), a.D(n, oy, ox, o + 1), a.W(o + 1, ci, ky, kx));
+    }
     return t;
   });
 }

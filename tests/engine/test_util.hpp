@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -73,6 +74,35 @@ std::vector<float> narrowDataOrder(const ConvGeom& g, Run run) {
             for (int kx = 0; kx < g.kw; ++kx)
               for (int ci = 0; ci < g.c; ++ci)
                 dxp[(static_cast<std::size_t>(oy + ky) * wp + ox + kx) * g.c + ci] += run(n, oy, ox, ky, kx, ci);
+        }
+    for (int iy = 0; iy < g.h; ++iy)
+      for (int ix = 0; ix < g.w; ++ix)
+        for (int ci = 0; ci < g.c; ++ci)
+          dx[((static_cast<std::size_t>(n) * g.h + iy) * g.w + ix) * g.c + ci] =
+              dxp[(static_cast<std::size_t>(iy + g.pad) * wp + ix + g.pad) * g.c + ci];
+  }
+  return dx;
+}
+
+// dx [n][h][w][c] added up in the native bf16 input gradient's order (conv_narrow_data.cpp's
+// columns): each padded row iy, pixels in groups (gi, gi + step), each target's whole run
+// run(n, iy, ox, kx, ci) added once.
+template <class Run>
+std::vector<float> narrowDataColumns(const ConvGeom& g, Run run) {
+  const int ow = g.ow(), vk = (g.kw * g.c + 15) / 16, most = std::min(12, std::max(1, 24 / vk));
+  const int P = (ow + 1) / 2 >= g.kw && most >= 2 ? 2 : 1, step = (ow + P - 1) / P;
+  const int hp = g.h + 2 * g.pad, wp = g.w + 2 * g.pad;
+  std::vector<float> dx(xCount(g));
+  for (int n = 0; n < g.n; ++n) {
+    std::vector<float> dxp(static_cast<std::size_t>(hp) * wp * g.c, 0.f);
+    for (int iy = 0; iy < hp; ++iy)
+      for (int gi = 0; gi < step; ++gi)
+        for (int k = 0; k < P; ++k) {
+          const int ox = gi + k * step;
+          if (ox >= ow) continue;
+          for (int kx = 0; kx < g.kw; ++kx)
+            for (int ci = 0; ci < g.c; ++ci)
+              dxp[(static_cast<std::size_t>(iy) * wp + ox + kx) * g.c + ci] += run(n, iy, ox, kx, ci);
         }
     for (int iy = 0; iy < g.h; ++iy)
       for (int ix = 0; ix < g.w; ++ix)

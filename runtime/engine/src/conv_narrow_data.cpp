@@ -36,6 +36,9 @@ namespace {
 
 constexpr int kLanes = 16;
 constexpr int kMaxAcc = 14;  // accumulators a pixel: two pixels' and a weight fit 32 registers
+// The bf16 columns' groups: at most kMaxTargets targets and kMaxColumnAcc accumulators, about
+// kColumnAcc where the rows allow (vdpbf16ps's latency hidden, few rows' ky for nothing).
+constexpr int kMaxTargets = 12, kMaxColumnAcc = 24, kColumnAcc = 12;
 
 // Pixels a group for na accumulators a pixel: two, or four when four pixels' accumulators fit.
 constexpr int pixelsPerGroup(int na) { return na <= 7 ? 4 : 2; }
@@ -173,44 +176,126 @@ __attribute__((target("avx512f"))) void rowAvx512(float* dxp, const float* dyRow
   }
 }
 
-// Native bf16: the same over the pairs of o, dyRow the row's bits [ow][oc], read a word (two
-// channels) at a time, and wp tapPairs' words.
-template <int NA, int P>
-XS_DPBF16 void rowPairs(float* dxp, const std::uint16_t* dyRow, const std::uint32_t* wp, const Runs& r) {
-  const int ow = r.ow, oq = r.oc / 2, c = r.c, groups = (ow + P - 1) / P;
-  const Places<NA> places(r);
-  for (int gi = 0; gi < groups; ++gi) {
-    const std::array<int, P> px = group<P>(r, gi);
-    const std::uint16_t* d[P];
-    for (int k = 0; k < P; ++k) d[k] = dyRow + static_cast<std::size_t>(px[k] < 0 ? px[0] : px[k]) * 2 * oq;
-    __m512 acc[P][NA];
+// Native bf16: t by columns. A target (n, iy, ox) is a row of an image's dxp and a pixel of dy;
+// its t [vk * 16] sums over the rows of dy that reach dxp row iy, ky ascending (oy = iy - ky),
+// and over the pairs q of output channels in order: dy's word (dy[oy][ox][2q], dy[oy][ox][2q +
+// 1]) broadcast against wp[q][ky]'s vectors, each pair's o + 1 first. t is added into dxp once,
+// where the fp32 kernels add one t a tap row: kh times fewer masked adds. A group's T targets are
+// one row iy of R images and P pixels whose runs do not overlap: the same rows of dy reach them
+// all, so they share each weight load and no step is spent on a row outside dy.
+template <int VK, int T>
+XS_DPBF16 inline void columnGroup(float* dxp, const std::uint32_t* const (&d)[T], const std::size_t (&to)[T],
+                                 const std::uint32_t* wk, int steps, const Runs& r, const __mmask16* lanes) {
+  const int oq = r.oc / 2;
+  const std::size_t rowWords = static_cast<std::size_t>(r.ow) * oq, qStride = static_cast<std::size_t>(r.na) * kLanes;
+  __m512 acc[T][VK];
 #pragma GCC unroll 16
-    for (int k = 0; k < P; ++k)
+  for (int t = 0; t < T; ++t)
 #pragma GCC unroll 16
-      for (int a = 0; a < NA; ++a) acc[k][a] = _mm512_setzero_ps();
+    for (int v = 0; v < VK; ++v) acc[t][v] = _mm512_setzero_ps();
+  for (int s = 0; s < steps; ++s, wk += r.vk * kLanes) {
+    const std::uint32_t* ds[T];  // the targets' dy rows oy - s
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) ds[t] = d[t] - s * rowWords;
     for (int q = 0; q < oq; ++q) {
-      __m512i b[P];
+      __m512i wv[VK];
 #pragma GCC unroll 16
-      for (int k = 0; k < P; ++k) b[k] = _mm512_set1_epi32(static_cast<int>(wordAt(d[k] + 2 * q)));
-      const std::uint32_t* wq = wp + static_cast<std::size_t>(q) * NA * kLanes;
+      for (int v = 0; v < VK; ++v) {
+        wv[v] = _mm512_load_si512(wk + q * qStride + v * kLanes);
+        asm("" : "+v"(wv[v]));  // one load for the T targets' products, as in rowAvx512
+      }
 #pragma GCC unroll 16
-      for (int a = 0; a < NA; ++a) {
-        __m512i wv = _mm512_load_si512(wq + a * kLanes);
-        asm("" : "+v"(wv));  // one load for the P pairs' products, as in rowAvx512
+      for (int t = 0; t < T; ++t) {
+        const __m512i b = _mm512_set1_epi32(static_cast<int>(ds[t][q]));
 #pragma GCC unroll 16
-        for (int k = 0; k < P; ++k) acc[k][a] = _mm512_dpbf16_ps(acc[k][a], (__m512bh)b[k], (__m512bh)wv);
+        for (int v = 0; v < VK; ++v) acc[t][v] = _mm512_dpbf16_ps(acc[t][v], (__m512bh)b, (__m512bh)wv[v]);
       }
     }
-    addGroup<NA, P>(dxp, acc, px, places, c);
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 16
+    for (int v = 0; v < VK; ++v) {
+      float* at = dxp + to[t] + v * kLanes;
+      _mm512_mask_storeu_ps(at, lanes[v], _mm512_add_ps(_mm512_maskz_loadu_ps(lanes[v], at), acc[t][v]));
+    }
+}
+
+// columnGroup over groups: targets d0, to0, then each group's pixels one to the right of the
+// last's; kyLo the first step's tap row.
+template <int VK, int T>
+XS_DPBF16 void columnPairs(float* dxp, const std::uint32_t* const* d0, const std::size_t* to0, int groups, int kyLo,
+                           int steps, const std::uint32_t* wp, const Runs& r, const __mmask16* lanes) {
+  if constexpr (T * VK <= kMaxColumnAcc) {
+    for (int gi = 0; gi < groups; ++gi) {
+      const std::uint32_t* d[T];
+      std::size_t to[T];
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        d[t] = d0[t] + static_cast<std::size_t>(gi) * (r.oc / 2);
+        to[t] = to0[t] + static_cast<std::size_t>(gi) * r.c;
+      }
+      columnGroup<VK, T>(dxp, d, to, wp + static_cast<std::size_t>(kyLo) * r.vk * kLanes, steps, r, lanes);
+    }
   }
 }
 
-using PairRow = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const Runs&);
+using ColumnKernel = void (*)(float*, const std::uint32_t* const*, const std::size_t*, int, int, int,
+                              const std::uint32_t*, const Runs&, const __mmask16*);
 
-template <std::size_t... I>
-PairRow pairRowKernel(int na, std::index_sequence<I...>) {
-  static constexpr PairRow kTable[] = {&rowPairs<static_cast<int>(I) + 1, pixelsPerGroup(static_cast<int>(I) + 1)>...};
-  return kTable[na - 1];
+template <int VK, std::size_t... I>
+constexpr std::array<ColumnKernel, kMaxTargets> columnKernels(std::index_sequence<I...>) {
+  return {&columnPairs<VK, static_cast<int>(I) + 1>...};
+}
+
+template <std::size_t... V>
+ColumnKernel columnKernel(int vk, int targets, std::index_sequence<V...>) {
+  static constexpr std::array<ColumnKernel, kMaxTargets> kTable[] = {
+      columnKernels<static_cast<int>(V) + 1>(std::make_index_sequence<kMaxTargets>())...};
+  return kTable[vk - 1][targets - 1];
+}
+
+// The groups of targets: P pixels a row (gi, gi + step), whose runs do not overlap, in R images,
+// for about kColumnAcc accumulators. The adds into a dxp row go group by group, pixel by pixel:
+// the order test::narrowDataColumns follows. A group adds its targets pixel by pixel, each
+// pixel's images in turn, so that two adds in a row touch other images: a masked store's whole 64
+// bytes, lanes left out or not, hold up a load that overlaps them until the store is written.
+struct Columns {
+  int P, step, R;
+  explicit Columns(const Runs& r) {
+    const int most = std::min(kMaxTargets, std::max(1, kMaxColumnAcc / r.vk));
+    P = (r.ow + 1) / 2 >= r.run / r.c && most >= 2 ? 2 : 1;  // runs kw pixels long
+    step = (r.ow + P - 1) / P;
+    R = std::max(1, std::min(most / P, kColumnAcc / (P * r.vk)));
+  }
+};
+
+// Images n0.. (count of them, at most cols.R): dxp their padded dx, dxpImage apart; dy their
+// words [oh][ow][oc / 2], dyImage words apart.
+void imagesColumns(float* dxp, std::size_t dxpImage, const std::uint32_t* dy, std::size_t dyImage, int count,
+                   const std::uint32_t* wp, const Runs& r, const Columns& cols) {
+  const std::size_t rowWords = static_cast<std::size_t>(r.ow) * (r.oc / 2);
+  __mmask16 lanes[kMaxAcc];
+  for (int v = 0; v < r.vk; ++v) lanes[v] = firstLanes(r.valid(v));
+  // Groups gi < full hold all P pixels; an odd last one (ow odd, P 2) holds one.
+  const int full = r.ow - (cols.P - 1) * cols.step;
+  for (int iy = 0; iy < r.dxpRows; ++iy) {
+    const int kyLo = std::max(0, iy - (r.oh - 1)), kyHi = std::min(r.kh - 1, iy);
+    for (int gi = 0; gi < cols.step; gi += full) {
+      const std::uint32_t* d[kMaxTargets];
+      std::size_t to[kMaxTargets];
+      int t = 0;
+      for (int p = 0; p < cols.P; ++p)
+        for (int i = 0; i < count; ++i) {
+          const int ox = gi + p * cols.step;
+          if (ox >= r.ow) continue;
+          d[t] = dy + i * dyImage + static_cast<std::size_t>(iy - kyLo) * rowWords + static_cast<std::size_t>(ox) * (r.oc / 2);
+          to[t++] = i * dxpImage + static_cast<std::size_t>(iy) * r.dxpRow + static_cast<std::size_t>(ox) * r.c;
+        }
+      columnKernel(r.vk, t, std::make_index_sequence<kMaxAcc>())(dxp, d, to, gi < full ? full : cols.step - full, kyLo,
+                                                                kyHi - kyLo + 1, wp, r, lanes);
+    }
+  }
 }
 
 using RowKernel = void (*)(float*, const float*, const float*, const Runs&);
@@ -246,13 +331,12 @@ bool useNarrowDataGradient(const ConvGeom& g) {
 
 void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g) {
   const Runs r(g);
-  const std::size_t dyCount = static_cast<std::size_t>(g.n) * r.oh * r.ow * r.oc;
+  const std::size_t yImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc, dyCount = g.n * yImage;
   const bool pairs = narrowBf16(dev) && r.oc % 2 == 0 && !narrowDataPortableSlot();
   float* wr = detail::scratch(dev, kWeightSlot, r.wrCount());  // 64-byte aligned, as every scratch slot
   auto* wp = reinterpret_cast<std::uint32_t*>(wr);
   std::uint16_t* dyBits = nullptr;  // native bf16: dy's bits
   const RowKernel kernel = pairs ? nullptr : rowKernel(r);
-  const PairRow pairKernelOf = pairs ? pairRowKernel(r.na, std::make_index_sequence<kMaxAcc>()) : nullptr;
   if (pairs) {
     tapPairs(wp, w, g, r);
     dyBits = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kDyBitsSlot, (dyCount + 1) / 2));
@@ -263,22 +347,29 @@ void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const flo
     tapRows(wr, w, g, r, emulated && !g.wRounded);
     if (emulated && !g.dyRounded) dy = roundedScratch(dev, kRoundedDySlot, dy, dyCount);
   }
+  const Columns cols(r);
+  const int chunk = pairs ? cols.R : 1;  // images a pass: the columns' groups span R of them
   const std::size_t image = static_cast<std::size_t>(g.h) * g.w * g.c;
   const std::size_t padded = static_cast<std::size_t>(r.dxpRows) * r.dxpRow;
-  float* dxp = g.pad ? detail::scratch(dev, kPaddedSlot, padded) : nullptr;
-  for (int n = 0; n < g.n; ++n) {
-    float* to = g.pad ? dxp : dx + n * image;  // without padding dx is dxp
-    std::fill(to, to + padded, 0.f);
-    for (int oy = 0; oy < r.oh; ++oy) {
-      const std::size_t row = (static_cast<std::size_t>(n) * r.oh + oy) * r.ow * r.oc;
-      float* into = to + static_cast<std::size_t>(oy) * r.dxpRow;
-      if (pairs) pairKernelOf(into, dyBits + row, wp, r);
-      else kernel(into, dy + row, wr, r);
+  float* dxp = g.pad ? detail::scratch(dev, kPaddedSlot, chunk * padded) : nullptr;
+  for (int n0 = 0; n0 < g.n; n0 += chunk) {
+    const int count = std::min(chunk, g.n - n0);
+    float* to = g.pad ? dxp : dx + n0 * image;  // without padding dx is dxp
+    std::fill(to, to + count * padded, 0.f);
+    if (pairs) {
+      imagesColumns(to, padded, reinterpret_cast<const std::uint32_t*>(dyBits + n0 * yImage), yImage / 2, count, wp, r,
+                    cols);
+    } else {
+      for (int oy = 0; oy < r.oh; ++oy)
+        kernel(to + static_cast<std::size_t>(oy) * r.dxpRow, dy + n0 * yImage + static_cast<std::size_t>(oy) * r.ow * r.oc,
+               wr, r);
     }
     if (g.pad)
-      for (int iy = 0; iy < g.h; ++iy)
-        std::memcpy(dx + n * image + static_cast<std::size_t>(iy) * g.w * g.c,
-                    dxp + static_cast<std::size_t>(iy + g.pad) * r.dxpRow + g.pad * g.c, g.w * g.c * sizeof(float));
+      for (int i = 0; i < count; ++i)
+        for (int iy = 0; iy < g.h; ++iy)
+          std::memcpy(dx + (n0 + i) * image + static_cast<std::size_t>(iy) * g.w * g.c,
+                      dxp + i * padded + static_cast<std::size_t>(iy + g.pad) * r.dxpRow + g.pad * g.c,
+                      g.w * g.c * sizeof(float));
   }
 }
 
