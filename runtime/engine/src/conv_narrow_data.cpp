@@ -15,10 +15,12 @@
 // row by row, group by group: the same order in the AVX-512 kernels and the portable loops
 // (tested bit for bit). Emulated bf16 rounds dy once per call and w as it builds wr.
 //
-// Native bf16 on vdpbf16ps (narrowBf16, oc even) takes the output channels in pairs (o, o + 1):
-// dy's channels-last bits read as 32-bit words, one a pixel and pair, are broadcast against
-// wp [oc / 2][kh][vk * 16], each lane a pair of weights; t sums over the pairs in order, each
-// pair's o + 1 first (vdpbf16ps adds its high half's product first).
+// Native bf16 on vdpbf16ps (narrowBf16, oc even) takes the output channels in pairs (o, o + 1)
+// and sums by columns: each (image, dx row iy, pixel ox) sums its t over every tap row ky that
+// reaches iy and every pair, in registers, and adds it into dxp once (kh times fewer masked adds
+// than a t a tap row); dy's channels-last bits read as 32-bit words, one a pixel and pair, are
+// broadcast against wp [oc / 2][kh][vk * 16], each lane a pair of weights, each pair's o + 1
+// first (vdpbf16ps adds its high half's product first). A group is the same row of R images.
 #include <algorithm>
 #include <array>
 #include <cmath>
