@@ -110,20 +110,24 @@ Block blockKernel(int p, std::index_sequence<I...>) {
   return kTable[p - 1];
 }
 
-// f(oy, ox, count) for an image's rows in blocks of up to kMaxBlock pixels, as even as they come.
+// Blocks a row: of up to kMaxBlock pixels, as even as they come.
+int blocksOf(const Taps& t) { return (t.ow + kMaxBlock - 1) / kMaxBlock; }
+
+// f(oy, rows, ox, count) for an image's rows, `rows` of them at once (at most rowsAtOnce), in
+// blocksOf(t) blocks.
 template <class F>
-void eachBlock(const Taps& t, F f) {
-  const int blocks = (t.ow + kMaxBlock - 1) / kMaxBlock;
-  for (int oy = 0; oy < t.oh; ++oy)
+void eachBlock(const Taps& t, int rowsAtOnce, F f) {
+  const int blocks = blocksOf(t);
+  for (int oy = 0; oy < t.oh; oy += rowsAtOnce)
     for (int bi = 0, ox = 0; bi < blocks; ++bi) {
       const int count = (t.ow - ox) / (blocks - bi);
-      f(oy, ox, count);
+      f(oy, std::min(rowsAtOnce, t.oh - oy), ox, count);
       ox += count;
     }
 }
 
 void imageRows(float* y, const float* xp, const float* wt, const float* b, const Taps& t, bool vector) {
-  eachBlock(t, [&](int oy, int ox, int count) {
+  eachBlock(t, 1, [&](int oy, int, int ox, int count) {
     float* yo = y + (static_cast<std::size_t>(oy) * t.ow + ox) * t.oc;
     const float* xr = xp + static_cast<std::size_t>(oy) * t.xpRow + ox * t.c;
     if (vector && t.kw == 3) blockKernel<3>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wt, b, t);
@@ -154,17 +158,21 @@ void pairColumns(std::uint32_t* wp, const float* w, const Pairs& t) {
               at(o, 2 * q, ky, kx) | static_cast<std::uint32_t>(at(o, 2 * q + 1, ky, kx)) << 16;
 }
 
-// blockAvx512 over pairs: xr the padded image's bits at (oy, ox0), read a word (two channels) at
-// a time.
-template <int P, int KW>
+// blockAvx512 over pairs for R rows (oy, oy + 1): xr the padded image's bits at (oy, ox0), read
+// a word (two channels) at a time; y at (oy, ox0). Two rows share each weight load and give 2P
+// chains of vdpbf16ps to hide its latency behind (one row's P = 10 left LeNet-5's conv 2 at
+// 76-79% of the peak).
+template <int P, int KW, int R>
 XS_DPBF16 void pairBlock(float* y, const std::uint16_t* xr, const std::uint32_t* wp, const float* b, const Pairs& t) {
   const __mmask16 lanes = firstLanes(t.oc);
   const int cq = t.cq, kh = t.kh;
-  const std::size_t xqRow = t.xqRow;
+  const std::size_t xqRow = t.xqRow, yRow = static_cast<std::size_t>(t.ow) * t.oc;
   const __m512 bias = b ? _mm512_maskz_loadu_ps(lanes, b) : _mm512_setzero_ps();
-  __m512 acc[P];
+  __m512 acc[R][P];
+#pragma GCC unroll 2
+  for (int j = 0; j < R; ++j)
 #pragma GCC unroll 16
-  for (int p = 0; p < P; ++p) acc[p] = bias;
+    for (int p = 0; p < P; ++p) acc[j][p] = bias;
   for (int ky = 0; ky < kh; ++ky)
     for (int q = 0; q < cq; ++q) {
       const std::uint16_t* x = xr + 2 * (ky * xqRow + q);
@@ -175,24 +183,34 @@ XS_DPBF16 void pairBlock(float* y, const std::uint16_t* xr, const std::uint32_t*
         w[kx] = _mm512_load_si512(wk + kx * cq * kLanes);
         asm("" : "+v"(w[kx]));  // one load for its multiply-adds, as in blockAvx512
       }
+#pragma GCC unroll 2
+      for (int j = 0; j < R; ++j)
 #pragma GCC unroll 32
-      for (int i = 0; i < P + KW - 1; ++i) {
-        const __m512i v = _mm512_set1_epi32(static_cast<int>(wordAt(x + 2 * i * cq)));
+        for (int i = 0; i < P + KW - 1; ++i) {
+          const __m512i v = _mm512_set1_epi32(static_cast<int>(wordAt(x + 2 * (j * xqRow + i * cq))));
 #pragma GCC unroll 16
-        for (int kx = KW - 1; kx >= 0; --kx)
-          if (i - kx >= 0 && i - kx < P) acc[i - kx] = _mm512_dpbf16_ps(acc[i - kx], (__m512bh)v, (__m512bh)w[kx]);
-      }
+          for (int kx = KW - 1; kx >= 0; --kx)
+            if (i - kx >= 0 && i - kx < P)
+              acc[j][i - kx] = _mm512_dpbf16_ps(acc[j][i - kx], (__m512bh)v, (__m512bh)w[kx]);
+        }
     }
+#pragma GCC unroll 2
+  for (int j = 0; j < R; ++j)
 #pragma GCC unroll 16
-  for (int p = 0; p < P; ++p) _mm512_mask_storeu_ps(y + p * t.oc, lanes, acc[p]);
+    for (int p = 0; p < P; ++p) _mm512_mask_storeu_ps(y + j * yRow + p * t.oc, lanes, acc[j][p]);
 }
 
 using PairBlock = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const float*, const Pairs&);
 
+// Two rows at once where their accumulators, the KW weights and a broadcast fit 32 registers.
+constexpr int kMaxPairedBlock = 12;
+
 template <int KW, std::size_t... I>
-PairBlock pairBlockKernel(int p, std::index_sequence<I...>) {
-  static constexpr PairBlock kTable[] = {&pairBlock<static_cast<int>(I) + 1, KW>...};
-  return kTable[p - 1];
+PairBlock pairBlockKernel(int p, int rows, std::index_sequence<I...>) {
+  static constexpr PairBlock kTable[2][sizeof...(I)] = {
+      {&pairBlock<static_cast<int>(I) + 1, KW, 1>...},
+      {&pairBlock<std::min(static_cast<int>(I) + 1, kMaxPairedBlock), KW, 2>...}};
+  return kTable[rows - 1][p - 1];
 }
 
 void forwardOnPairs(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
@@ -200,14 +218,15 @@ void forwardOnPairs(Device& dev, float* y, const float* x, const float* w, const
   auto* wp = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kWeightSlot, t.wpCount()));  // 64-byte aligned
   pairColumns(wp, w, t);
   const PaddedImages<std::uint16_t> padded(dev, kBitsSlot, g);
+  const bool paired = (t.ow + blocksOf(t) - 1) / blocksOf(t) <= kMaxPairedBlock;  // every block's count
   for (int n = 0; n < g.n; ++n) {
     const std::uint16_t* xq = padded.image(x, n);
     float* yn = y + static_cast<std::size_t>(n) * t.oh * t.ow * t.oc;
-    eachBlock(t, [&](int oy, int ox, int count) {
+    eachBlock(t, paired ? 2 : 1, [&](int oy, int rows, int ox, int count) {
       float* yo = yn + (static_cast<std::size_t>(oy) * t.ow + ox) * t.oc;
       const std::uint16_t* xr = xq + 2 * (static_cast<std::size_t>(oy) * t.xqRow + ox * t.cq);
-      if (t.kw == 3) pairBlockKernel<3>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
-      else pairBlockKernel<5>(count, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
+      if (t.kw == 3) pairBlockKernel<3>(count, rows, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
+      else pairBlockKernel<5>(count, rows, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
     });
   }
 }
