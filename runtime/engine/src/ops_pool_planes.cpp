@@ -196,12 +196,16 @@ XS_AVX512 void backwardToBlocks(void* out, float* laneSums, const float* dy, con
   const __mmask16 m0 = firstLanes(2 * wins), m1 = wins > 8 ? firstLanes(2 * wins - kLanes) : 0;
   const __m512i low = _mm512_load_si512(ln.low), high = _mm512_load_si512(ln.high);
   const int valid = wins * C;
+  // The geometry in locals: the stores through out may alias p's and im's fields, which the
+  // compiler would read again after each one (a third of the pass's instructions).
+  const int oh = p.oh, ow = p.ow, blocks16 = p.blocks16, rowBits = im.rowBits;
+  const std::size_t chBits = im.bits;
   __m512 sums[C];
 #pragma GCC unroll 16
   for (int ch = 0; ch < C; ++ch) sums[ch] = _mm512_load_ps(laneSums + ch * kLanes);
-  for (int oy = 0; oy < p.oh; ++oy) {
+  for (int oy = 0; oy < oh; ++oy) {
     __m512 rows[C];
-    loadRow<C>(rows, dy + static_cast<std::size_t>(oy) * p.ow * C, valid);
+    loadRow<C>(rows, dy + static_cast<std::size_t>(oy) * ow * C, valid);
     __m512 g0[C], g1[C];
 #pragma GCC unroll 16
     for (int ch = 0; ch < C; ++ch) {
@@ -210,7 +214,7 @@ XS_AVX512 void backwardToBlocks(void* out, float* laneSums, const float* dy, con
     }
     // Block blk's vector v of channel ch in pixel row 2 oy + ky.
     auto put = [&](int ky, int blk, int ch, __m512 v) XS_AVX512 {
-      const std::size_t at = (static_cast<std::size_t>(kPairs ? oy : 2 * oy + ky) * p.blocks16 + blk) * C + ch;
+      const std::size_t at = (static_cast<std::size_t>(kPairs ? oy : 2 * oy + ky) * blocks16 + blk) * C + ch;
       if constexpr (!kPairs) _mm512_store_ps(dyT + at * kLanes, v);
       else if (ky == 0) top[blk][ch] = v;
       else _mm512_store_si512(dq + at * kLanes, pairWordsOf<true>(top[blk][ch], v));
@@ -221,15 +225,15 @@ XS_AVX512 void backwardToBlocks(void* out, float* laneSums, const float* dy, con
 #pragma GCC unroll 16
       for (int ch = 0; ch < C; ++ch) {
         __m512 v0 = g0[ch];
-        if constexpr (kRelu) v0 = _mm512_maskz_mov_ps(mask[ch * im.bits + iy * im.rowBits], v0);
+        if constexpr (kRelu) v0 = _mm512_maskz_mov_ps(mask[ch * chBits + iy * rowBits], v0);
         put(ky, 0, ch, v0);
         sums[ch] = _mm512_add_ps(sums[ch], v0);
       }
-      if (p.blocks16 == 1) continue;
+      if (blocks16 == 1) continue;
 #pragma GCC unroll 16
       for (int ch = 0; ch < C; ++ch) {
         __m512 v1 = g1[ch];
-        if constexpr (kRelu) v1 = _mm512_maskz_mov_ps(mask[ch * im.bits + iy * im.rowBits + 1], v1);
+        if constexpr (kRelu) v1 = _mm512_maskz_mov_ps(mask[ch * chBits + iy * rowBits + 1], v1);
         put(ky, 1, ch, v1);
         sums[ch] = _mm512_add_ps(sums[ch], v1);
       }
