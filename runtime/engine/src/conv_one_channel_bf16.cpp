@@ -170,7 +170,9 @@ PooledPairTile pooledPairs(const ConvGeom& g, const Rows& r) {
 // them), dq dyT's pairs [(oh + 1) / 2][blocks][oc][16] and xv V's words, then S's: an odd last
 // output row pairs with no row of dy, so it takes its x alone (a zero against the zero dy: a
 // non-finite x in the next row would make 0 * x a NaN).
-template <int K0, int KN, int G>
+// NB: r.blocks as a constant (LeNet-5's 2: the blocks' loop unrolled, no loop of two turns a row
+// pair), or 0 for any.
+template <int K0, int KN, int G, int NB>
 XS_DPBF16 void pairCols(float* s, const std::uint32_t* dq, const std::uint32_t* xv, const Rows& r, int ky, int o0) {
   auto at = [&](int g, int k) {
     return s + (static_cast<std::size_t>(o0 + g) * r.taps() + ky * r.kw + K0 + k) * kLanes;
@@ -184,7 +186,9 @@ XS_DPBF16 void pairCols(float* s, const std::uint32_t* dq, const std::uint32_t* 
   for (int q = 0; q < pairs; ++q) {
     const std::size_t layout = 2 * q + 1 < r.oh ? 0 : r.xpCount();  // an odd last row: S
     const std::uint32_t* row = xv + layout + static_cast<std::size_t>(2 * q + ky) * r.xpRow;
-    for (int blk = 0; blk < r.blocks; ++blk) {
+    const int blocks = NB ? NB : r.blocks;
+#pragma GCC unroll 2
+    for (int blk = 0; blk < blocks; ++blk) {
       __m512i d[G];
 #pragma GCC unroll 16
       for (int g = 0; g < G; ++g) {
@@ -219,10 +223,14 @@ XS_DPBF16 void dyPairs(std::uint32_t* dq, const float* dyT, const Rows& r) {
 // A tap row's taps 3 at a time, as weightGroup's.
 template <int KW>
 void pairSumsOfImage(float* s, const PairScratch& p, const Rows& r) {
-  eachGroup(r, [&](int ky, int o, auto G) {
-    pairCols<0, std::min(KW, 3), G>(s, p.dy, p.x, r, ky, o);
-    if constexpr (KW > 3) pairCols<3, KW - 3, G>(s, p.dy, p.x, r, ky, o);
-  });
+  auto sums = [&](auto NB) {
+    eachGroup(r, [&](int ky, int o, auto G) {
+      pairCols<0, std::min(KW, 3), G, NB>(s, p.dy, p.x, r, ky, o);
+      if constexpr (KW > 3) pairCols<3, KW - 3, G, NB>(s, p.dy, p.x, r, ky, o);
+    });
+  };
+  if (r.blocks == 2) sums(std::integral_constant<int, 2>{});
+  else sums(std::integral_constant<int, 0>{});
 }
 
 }  // namespace
