@@ -32,6 +32,7 @@
 #include "device_internals.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
+#include "xspawn/error.hpp"
 
 namespace xs::engine::detail {
 namespace {
@@ -331,19 +332,23 @@ bool useNarrowDataGradient(const ConvGeom& g) {
          g.oh() > 0 && g.ow() > 0 && g.kh * vk <= kMaxAcc;
 }
 
-void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g) {
+void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g,
+                              const std::uint16_t* dyBits) {
   const Runs r(g);
   const std::size_t yImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc, dyCount = g.n * yImage;
   const bool pairs = narrowBf16(dev) && r.oc % 2 == 0 && !narrowDataPortableSlot();
   float* wr = detail::scratch(dev, kWeightSlot, r.wrCount());  // 64-byte aligned, as every scratch slot
   auto* wp = reinterpret_cast<std::uint32_t*>(wr);
-  std::uint16_t* dyBits = nullptr;  // native bf16: dy's bits
+  XS_CHECK(!dyBits || pairs, ShapeError, "conv2d: dy as bf16 bits needs the native bf16 input gradient");
   const RowKernel kernel = pairs ? nullptr : rowKernel(r);
   if (pairs) {
     tapPairs(wp, w, g, r);
-    dyBits = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kDyBitsSlot, (dyCount + 1) / 2));
-    if (g.dyRounded) bf16BitsOfRounded(dy, dyBits, dyCount);
-    else toBf16Bits(dy, dyBits, dyCount);
+    if (!dyBits) {  // dy's bits
+      auto* bits = reinterpret_cast<std::uint16_t*>(detail::scratch(dev, kDyBitsSlot, (dyCount + 1) / 2));
+      if (g.dyRounded) bf16BitsOfRounded(dy, bits, dyCount);
+      else toBf16Bits(dy, bits, dyCount);
+      dyBits = bits;
+    }
   } else {
     const bool emulated = bf16Products(dev);
     tapRows(wr, w, g, r, emulated && !g.wRounded);

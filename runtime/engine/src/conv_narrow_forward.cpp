@@ -158,12 +158,50 @@ void pairColumns(std::uint32_t* wp, const float* w, const Pairs& t) {
               at(o, 2 * q, ky, kx) | static_cast<std::uint32_t>(at(o, 2 * q + 1, ky, kx)) << 16;
 }
 
+// The fused pool's outputs for a pair of rows (ConvGeom::nhwcPool): y at the pool's row, mask at
+// the convolution's row oy (null without the ReLU).
+struct PoolOut {
+  float* y;
+  std::uint16_t* mask;
+  bool relu, round;
+};
+
+// Rows oy, oy + 1 of P pixels (acc) pooled by 2x2 windows as avgPool2dForward's tiled windows
+// sum them: each value relu'd (x > 0 ? x : +0, its lanes' bits into the mask), from +0 over the
+// window's rows, then columns, times 1/4 (a power of two: the quotient's bits), rounded.
+template <int P>
+XS_DPBF16 inline void poolRows(const __m512 (&acc)[2][P], const PoolOut& out, const Pairs& t) {
+  const __mmask16 lanes = firstLanes(t.oc);
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int win = 0; win < P / 2; ++win) {
+    __m512 s = zero;
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; ++j)
+#pragma GCC unroll 2
+      for (int i = 0; i < 2; ++i) {
+        __m512 v = acc[j][2 * win + i];
+        if (out.relu) {
+          const __mmask16 pos = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
+          out.mask[j * t.ow + 2 * win + i] = pos;
+          v = _mm512_maskz_mov_ps(pos, v);
+        }
+        s = _mm512_add_ps(s, v);
+      }
+    s = _mm512_mul_ps(s, _mm512_set1_ps(0.25f));
+    if (out.round) s = roundBf16(s);
+    _mm512_mask_storeu_ps(out.y + win * t.oc, lanes, s);
+  }
+}
+
 // blockAvx512 over pairs for R rows (oy, oy + 1): xr the padded image's bits at (oy, ox0), read
 // a word (two channels) at a time; y at (oy, ox0). Two rows share each weight load and give 2P
 // chains of vdpbf16ps to hide its latency behind (one row's P = 10 left LeNet-5's conv 2 at
 // 76-79% of the peak).
+// With pool (two rows, P even), the rows are pooled instead of stored (poolRows).
 template <int P, int KW, int R>
-XS_DPBF16 void pairBlock(float* y, const std::uint16_t* xr, const std::uint32_t* wp, const float* b, const Pairs& t) {
+XS_DPBF16 void pairBlock(float* y, const std::uint16_t* xr, const std::uint32_t* wp, const float* b, const Pairs& t,
+                         const PoolOut* pool) {
   const __mmask16 lanes = firstLanes(t.oc);
   const int cq = t.cq, kh = t.kh;
   const std::size_t xqRow = t.xqRow, yRow = static_cast<std::size_t>(t.ow) * t.oc;
@@ -194,13 +232,16 @@ XS_DPBF16 void pairBlock(float* y, const std::uint16_t* xr, const std::uint32_t*
               acc[j][i - kx] = _mm512_dpbf16_ps(acc[j][i - kx], (__m512bh)v, (__m512bh)w[kx]);
         }
     }
+  if constexpr (R == 2 && P % 2 == 0)
+    if (pool) return poolRows<P>(acc, *pool, t);
 #pragma GCC unroll 2
   for (int j = 0; j < R; ++j)
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) _mm512_mask_storeu_ps(y + j * yRow + p * t.oc, lanes, acc[j][p]);
 }
 
-using PairBlock = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const float*, const Pairs&);
+using PairBlock = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const float*, const Pairs&,
+                           const PoolOut*);
 
 // Two rows at once where their accumulators, the KW weights and a broadcast fit 32 registers.
 constexpr int kMaxPairedBlock = 12;
@@ -219,14 +260,21 @@ void forwardOnPairs(Device& dev, float* y, const float* x, const float* w, const
   pairColumns(wp, w, t);
   const PaddedImages<std::uint16_t> padded(dev, kBitsSlot, g);
   const bool paired = (t.ow + blocksOf(t) - 1) / blocksOf(t) <= kMaxPairedBlock;  // every block's count
+  const NhwcPool* pool = g.nhwcPool;  // one block of two rows a window row (narrowPoolsNhwc)
   for (int n = 0; n < g.n; ++n) {
     const std::uint16_t* xq = padded.image(x, n);
-    float* yn = y + static_cast<std::size_t>(n) * t.oh * t.ow * t.oc;
+    float* yn = pool ? nullptr : y + static_cast<std::size_t>(n) * t.oh * t.ow * t.oc;  // pooled: no y
     eachBlock(t, paired ? 2 : 1, [&](int oy, int rows, int ox, int count) {
-      float* yo = yn + (static_cast<std::size_t>(oy) * t.ow + ox) * t.oc;
+      float* yo = pool ? nullptr : yn + (static_cast<std::size_t>(oy) * t.ow + ox) * t.oc;
       const std::uint16_t* xr = xq + 2 * (static_cast<std::size_t>(oy) * t.xqRow + ox * t.cq);
-      if (t.kw == 3) pairBlockKernel<3>(count, rows, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
-      else pairBlockKernel<5>(count, rows, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t);
+      PoolOut out{};
+      if (pool)
+        out = {pool->y + ((static_cast<std::size_t>(n) * t.oh + oy) / 2 * t.ow / 2) * t.oc,
+               pool->f.relu ? pool->mask + (static_cast<std::size_t>(n) * t.oh + oy) * t.ow : nullptr, pool->f.relu,
+               pool->f.roundY};
+      const PoolOut* po = pool ? &out : nullptr;
+      if (t.kw == 3) pairBlockKernel<3>(count, rows, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t, po);
+      else pairBlockKernel<5>(count, rows, std::make_index_sequence<kMaxBlock>())(yo, xr, wp, b, t, po);
     });
   }
 }
@@ -245,6 +293,12 @@ bool useNarrowForward(const ConvGeom& g) {
 }
 
 bool narrowForwardVectorized(const ConvGeom& g) { return cpuHasAvx512() && (g.kw == 3 || g.kw == 5); }
+
+bool narrowPoolsNhwc(const Device& dev, const ConvGeom& g) {
+  const int oh = g.oh(), ow = g.ow();
+  return narrowBf16(dev) && useNarrowForward(g) && g.c % 2 == 0 && narrowForwardVectorized(g) &&
+         !narrowForwardPortableSlot() && oh % 2 == 0 && ow % 2 == 0 && ow <= kMaxPairedBlock;
+}
 
 void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, const float* b, const ConvGeom& g) {
   if (narrowBf16(dev) && g.c % 2 == 0 && narrowForwardVectorized(g) && !narrowForwardPortableSlot())

@@ -28,6 +28,7 @@
 #include "device_internals.hpp"
 #include "gemm.hpp"
 #include "kernel_util.hpp"
+#include "xspawn/error.hpp"
 
 namespace xs::engine::detail {
 namespace {
@@ -149,6 +150,25 @@ XS_DPBF16 void dyRowPairs(std::uint32_t* dq, float* bias, const float* dy, const
   if (bias) _mm512_store_ps(bias, sums);
 }
 
+// The same from dy's bf16 bits [oh][ow][oc] (nhwcPoolGradBits): each word the two rows' bits.
+XS_DPBF16 void dyRowPairsOfBits(std::uint32_t* dq, float* bias, const std::uint16_t* dy, const Runs& r) {
+  const __mmask16 lanes = firstLanes(r.oc);
+  const __m512i ones = _mm512_set1_epi32(0x3f803f80);
+  __m512 sums = bias ? _mm512_load_ps(bias) : _mm512_setzero_ps();
+  const std::size_t row = static_cast<std::size_t>(r.ow) * r.oc;
+  for (int oy = 0; oy < r.oh; oy += 2)
+    for (int ox = 0; ox < r.ow; ++ox, dq += kLanes) {
+      const std::uint16_t* d = dy + oy * row + static_cast<std::size_t>(ox) * r.oc;
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, d));
+      const __m512i hi = oy + 1 < r.oh ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, d + row))
+                                       : _mm512_setzero_si512();
+      const __m512i words = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      _mm512_store_si512(dq, words);
+      if (bias) sums = _mm512_dpbf16_ps(sums, (__m512bh)words, (__m512bh)ones);
+    }
+  if (bias) _mm512_store_ps(bias, sums);
+}
+
 // Native bf16: the image's x [h][w][c] -> xq [xpRows][xpRow] words (xp[r][j], xp[r + 1][j]) of
 // the padded image xp (zeros past its last row); with an odd oh, then kh rows (xp[oh - 1 + ky][j],
 // 0) for the last output row, which pairs with no row of dy: its x alone, so that the zero dy of
@@ -205,7 +225,8 @@ PairPass pairPassKernel(int count, std::index_sequence<I...>) {
 }
 
 // Native bf16: every image's sums into s (zeroed), over the pairs of rows.
-void pairSums(Device& dev, float* s, bool bias, const float* dy, const float* x, const ConvGeom& g, const Runs& r) {
+void pairSums(Device& dev, float* s, bool bias, const float* dy, const std::uint16_t* dyBits, const float* x,
+              const ConvGeom& g, const Runs& r) {
   const std::size_t dqCount = static_cast<std::size_t>((r.oh + 1) / 2) * r.ow * kLanes;
   const std::size_t xqCount = static_cast<std::size_t>(r.xpRows + (r.oh % 2 ? r.kh : 0)) * r.xpRow;
   auto* dq = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kDyPairSlot, dqCount));
@@ -215,7 +236,8 @@ void pairSums(Device& dev, float* s, bool bias, const float* dy, const float* x,
   const std::size_t dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   for (int n = 0; n < g.n; ++n) {
     float* biasSums = bias ? r.sums(s, r.kh, 0) : nullptr;
-    if (g.dyRounded) dyRowPairs<true>(dq, biasSums, dy + n * dyImage, r);
+    if (dyBits) dyRowPairsOfBits(dq, biasSums, dyBits + n * dyImage, r);
+    else if (g.dyRounded) dyRowPairs<true>(dq, biasSums, dy + n * dyImage, r);
     else dyRowPairs<false>(dq, biasSums, dy + n * dyImage, r);
     if (g.xRounded) xRowPairs<true>(xq, x + n * image, g, r);
     else xRowPairs<false>(xq, x + n * image, g, r);
@@ -238,11 +260,13 @@ bool useNarrowWeightGradient(const ConvGeom& g) {
 }
 
 void conv2dWeightGradientNarrow(Device& dev, float* dw, float* db, const float* dy, const float* x,
-                                const ConvGeom& g) {
+                                const ConvGeom& g, const std::uint16_t* dyBits) {
   const Runs r(g);
+  const bool pairs = narrowBf16(dev) && !narrowWeightsPortableSlot();
+  XS_CHECK(!dyBits || pairs, ShapeError, "conv2d: dy as bf16 bits needs the native bf16 weight gradient");
   float* s = detail::scratch(dev, kSumSlot, r.sumCount());  // 64-byte aligned, as every scratch slot
   std::fill(s, s + r.sumCount(), 0.f);
-  if (narrowBf16(dev) && !narrowWeightsPortableSlot()) pairSums(dev, s, db != nullptr, dy, x, g, r);
+  if (pairs) pairSums(dev, s, db != nullptr, dy, dyBits, x, g, r);
   else imageSums(dev, s, db != nullptr, dy, x, g, r);
   for (int o = 0; o < r.oc; ++o) {
     for (int ci = 0; ci < r.c; ++ci)

@@ -76,7 +76,9 @@ bool& oneChannelPortableSlot();
 // (conv_narrow_data.cpp), chosen by useNarrowDataGradient in fp32 and bf16 where the CPU has
 // AVX-512; dx is overwritten. The weight and bias gradients stay with the other paths.
 bool useNarrowDataGradient(const ConvGeom& g);
-void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g);
+// dyBits (native bf16 pairs only): dy as bf16 bits [n][oh][ow][oc] instead of dy (nhwcPoolGradBits).
+void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const float* w, const ConvGeom& g,
+                              const std::uint16_t* dyBits = nullptr);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& narrowDataPortableSlot();
 
@@ -120,6 +122,15 @@ void conv2dForwardNarrow(Device& dev, float* y, const float* x, const float* w, 
 bool narrowForwardVectorized(const ConvGeom& g);
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& narrowForwardPortableSlot();
+
+// Native bf16: the 2x2 average pool fused into the narrow convolution (ConvGeom::nhwcPool,
+// ops.hpp). narrowPoolsNhwc: the forward's side of conv2dPoolsNhwc (its pair kernel, two rows a
+// block and one block a row, even maps: each pair of rows one row of windows).
+// nhwcPoolGradBits (conv_narrow_pool.cpp): the pool's gradient g.nhwcPool->dy spread into the
+// convolution's dy as bf16 bits [n][oh][ow][oc] (a scratch slot of its own), what the backward
+// kernels' dyBits take.
+bool narrowPoolsNhwc(const Device& dev, const ConvGeom& g);
+const std::uint16_t* nhwcPoolGradBits(Device& dev, const ConvGeom& g);
 
 // The geometry of the narrow convolutions' forward and weight gradient: the runs of
 // `run` = kw * c values a tap row reads ((kx, ci) flatten like a row's (ix, ci)), in padded
@@ -172,7 +183,7 @@ class PaddedImages {
 // g.overwriteGrads); db may be null.
 bool useNarrowWeightGradient(const ConvGeom& g);
 void conv2dWeightGradientNarrow(Device& dev, float* dw, float* db, const float* dy, const float* x,
-                                const ConvGeom& g);
+                                const ConvGeom& g, const std::uint16_t* dyBits = nullptr);  // as above
 // Tests: true runs the portable loops instead of the AVX-512 kernels (the same bits).
 bool& narrowWeightsPortableSlot();
 

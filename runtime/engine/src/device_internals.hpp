@@ -17,7 +17,10 @@ struct KernelState {
   virtual ~KernelState() = default;
 };
 
-inline constexpr int kScratchSlots = 8;
+inline constexpr int kScratchSlots = 9;
+// The slot no kernel but the pool fused into a narrow convolution uses: its gradient's bits live
+// from the spread through both backward passes, which use slots 1 to 6 meanwhile.
+inline constexpr int kFusedPoolGradSlot = 8;
 inline constexpr int kKernelSlots = 2;
 
 struct DeviceInternals {

@@ -117,6 +117,9 @@ class PlanesPoolSource {
   // on: the convolution computes the pool's output for a batch of n this forward (and spreads
   // its gradient back in backward); off: the pool runs on its own. Null when it cannot.
   virtual const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) = 0;
+  // The same for a channels-last convolution whose narrow kernels pool (conv2dPoolsNhwc): conv
+  // its geometry for this batch. Null when they cannot, or when off.
+  virtual const NhwcPool* fuseIntoNhwcConv(Context&, const ConvGeom&, bool) { return nullptr; }
   // Whether it reads its input in blocks of 16 channels (Layout::kNchw16c) as it is: a max-pool
   // channels last over a multiple of 16 channels, or a ReLU that such a pool applies. A
   // convolution before it then hands its output over in that layout.
@@ -146,6 +149,7 @@ class Conv2d : public Module {
     planesNext_ = next.takesPlanarInput();
     auto* source = dynamic_cast<PlanesPoolSource*>(&next);
     poolNext_ = planesNext_ ? source : nullptr;
+    nhwcPoolNext_ = source;
     blockedNext_ = source && source->takesBlockedInput();
   }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
@@ -159,11 +163,13 @@ class Conv2d : public Module {
     g_.planes = g_.dstNhwc && planesNext_ && !needInputGrad_ && conv2dWritesPlanes(ctx.dev, g_);
     if (g_.planes) g_.dstNhwc = false;
     g_.pool = poolNext_ ? poolNext_->fuseIntoConv(ctx, g_.n, g_.planes) : nullptr;
+    // Channels last before an average pool that the narrow kernels compute (conv2dPoolsNhwc).
+    g_.nhwcPool = nhwcPoolNext_ && !g_.pool ? nhwcPoolNext_->fuseIntoNhwcConv(ctx, g_, !g_.planes) : nullptr;
     // Before a max-pool, y as the primitive computes it (channel blocks) when that is not NHWC:
     // the pool reads it so, one reorder less. dy still comes back channels last.
-    g_.dstBlocked = blockedNext_ && g_.dstNhwc && !g_.pool && conv2dWritesBlocked16(ctx.dev, g_, bias_);
+    g_.dstBlocked = blockedNext_ && g_.dstNhwc && !g_.pool && !g_.nhwcPool && conv2dWritesBlocked16(ctx.dev, g_, bias_);
     // With the pool fused in, y is the pool's: this layer's output is never written or read.
-    if (!g_.pool) y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
+    if (!g_.pool && !g_.nhwcPool) y_.ensure(ctx.dev, Shape{g_.n, out_, g_.oh(), g_.ow()}, "activations");
     y_.setLayout(g_.dstBlocked ? Layout::kNchw16c : g_.dstNhwc ? Layout::kNhwc : Layout::kNchw);
     conv2dForward(ctx.dev, y_.data(), x.data(), weight(ctx), bias_ ? ctx.params.value(b_) : nullptr, g_);
     // oneDNN backward passes that take dy (and give dx) in channel blocks: say so to the module
@@ -178,9 +184,10 @@ class Conv2d : public Module {
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     g_.dyBlocked = dy.layout() == Layout::kNchw16c;
     const Layout dyLayout = g_.dstBlocked ? Layout::kNhwc : y_.layout();  // a blocked y's dy: channels last
-    XS_CHECK(g_.pool || dy.layout() == dyLayout || (g_.dyBlocked && blockedGrads_), ShapeError,
+    const bool fused = g_.pool || g_.nhwcPool;
+    XS_CHECK(fused || dy.layout() == dyLayout || (g_.dyBlocked && blockedGrads_), ShapeError,
              "conv2d: the gradient's layout differs from the output's");  // fused: the pool's dy
-    XS_CHECK(!g_.pool || dy.dtype() == DType::kF32, ShapeError, "conv2d with a fused pool: dy must be float32");
+    XS_CHECK(!fused || dy.dtype() == DType::kF32, ShapeError, "conv2d with a fused pool: dy must be float32");
     g_.dxBlocked = blockedDx_;
     if (needInputGrad_) {
       dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
@@ -203,6 +210,7 @@ class Conv2d : public Module {
   bool planesNext_ = false;                         // the module after takes planes (fuseWithNext)
   bool blockedNext_ = false;                        // ... or channel blocks (takesBlockedInput)
   PlanesPoolSource* poolNext_ = nullptr;            // ... and can be computed in this one's passes
+  PlanesPoolSource* nhwcPoolNext_ = nullptr;        // the module after, asked for a channels-last fusion
   ConvGeom g_{};
   std::size_t w_ = 0, b_ = 0;
 };
@@ -242,6 +250,28 @@ class Pool2d : public Module, public PlanesPoolSource {
                          reluBefore_ ? reluMasks(ctx) : nullptr, nullptr};
     fusion_.g.dxRounded = bf16Products(ctx.dev);  // as the convolution's own kernels round dy
     return &fusion_;
+  }
+  const NhwcPool* fuseIntoNhwcConv(Context& ctx, const ConvGeom& conv, bool on) override {
+    PoolGeom p = g_;
+    p.n = conv.n;
+    p.nhwc = true;
+    fused_ = on && kind_ == kAvg && conv2dPoolsNhwc(ctx.dev, conv, p);
+    if (!fused_) return nullptr;
+    g_ = p;
+    planes_ = false;
+    const bool rounded = nextRounds_ && bf16Products(ctx.dev);
+    y_.ensure(ctx.dev, Shape{p.n, p.c, p.oh(), p.ow()}, "activations");
+    y_.setLayout(Layout::kNhwc);
+    y_.setBf16Values(rounded);
+    y_.setBlockedGrad(false);
+    blockedDx_ = false;
+    std::uint16_t* masks = nullptr;
+    if (reluBefore_) {
+      argmax_.ensure(ctx.dev, Shape{static_cast<int>((conv2dPoolMasks(conv) + 1) / 2)}, "ReLU masks");
+      masks = reinterpret_cast<std::uint16_t*>(argmax_.data());
+    }
+    nhwcFusion_ = NhwcPool{{.relu = reluBefore_, .roundY = rounded}, y_.data(), masks, nullptr};
+    return &nhwcFusion_;
   }
   const Tensor& forward(const Tensor& x0, Context& ctx) override {
     fusedPass_ = fused_;
@@ -306,8 +336,8 @@ class Pool2d : public Module, public PlanesPoolSource {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    if (fusedPass_) {  // the convolution before spreads dy back, image by image
-      fusion_.dy = dy.data();
+    if (fusedPass_) {  // the convolution before spreads dy back
+      fusion_.dy = nhwcFusion_.dy = dy.data();
       return dy;
     }
     const bool nhwc = x_->layout() == Layout::kNhwc && !g_.nhwc;  // pooled in NCHW (a blocked x: never)
@@ -364,6 +394,7 @@ class Pool2d : public Module, public PlanesPoolSource {
   bool fused_ = false;       // the next forward's output is computed by the convolution before
   bool fusedPass_ = false;   // this pass's was (forward), and its backward is the convolution's
   PlanesPool fusion_{};      // what the convolution reads and writes (fuseIntoConv)
+  NhwcPool nhwcFusion_{};    // the same, channels last (fuseIntoNhwcConv)
   PoolGeom g_{};
   // Plane indices (int32, NCHW), window codes (uint16, channels last) or, pooling planes, the
   // fused ReLU's mask (one bit a pixel).
@@ -380,11 +411,15 @@ class Relu : public Module, public PlanesPoolSource {
     planesNext_ = passThrough_ && next.takesPlanarInput();
     auto* source = dynamic_cast<PlanesPoolSource*>(&next);
     poolAfter_ = planesNext_ ? source : nullptr;
+    next_ = source;
     blockedNext_ = passThrough_ && source && source->takesBlockedInput();
   }
   bool takesBlockedInput() const override { return blockedNext_; }  // x goes to the pool as it is
   const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) override {  // the pool that applies it
     return poolAfter_ ? poolAfter_->fuseIntoConv(ctx, n, on) : nullptr;
+  }
+  const NhwcPool* fuseIntoNhwcConv(Context& ctx, const ConvGeom& conv, bool on) override {
+    return passThrough_ && next_ ? next_->fuseIntoNhwcConv(ctx, conv, on) : nullptr;
   }
   bool takesPlanarInput() const override { return planesNext_; }  // x goes to the pool as it is
   const Tensor& forward(const Tensor& x, Context& ctx) override {
@@ -415,6 +450,7 @@ class Relu : public Module, public PlanesPoolSource {
   bool nextRounds_ = false, roundDx_ = false;
   bool planesNext_ = false, blockedNext_ = false;
   PlanesPoolSource* poolAfter_ = nullptr;
+  PlanesPoolSource* next_ = nullptr;  // the module after, when it can fuse into a convolution
 };
 
 class Dropout : public Module {

@@ -119,6 +119,7 @@ bool linearDataGradientAmx(Device& dev, float* dx, const std::uint16_t* dy, cons
 
 // ---- conv2d (square stride, symmetric padding, no dilation or groups) -----------------------
 struct PlanesPool;
+struct NhwcPool;
 struct ConvGeom {
   int n, c, h, w;       // input [n, c, h, w]
   int oc, kh, kw;       // weight [oc, c, kh, kw], bias [oc]
@@ -130,6 +131,9 @@ struct ConvGeom {
   // With planes: the average pool after it, computed in the convolution's passes image by image
   // (the batch's planes are never stored; see PlanesPool). y and dy are then the pool's.
   const PlanesPool* pool = nullptr;
+  // Channels last: the 2x2 average pool after it (and the ReLU before that pool), computed in the
+  // narrow convolution's passes (conv2dPoolsNhwc, NhwcPool). y and dy are then the pool's.
+  const NhwcPool* nhwcPool = nullptr;
   // The caller leaves x unchanged between conv2dForward and conv2dBackward: the backward then
   // reuses the forward's copy of x in the kernel's layout and precision (one conversion less).
   bool keepSrc = false;
@@ -317,6 +321,22 @@ void avgPoolPlanesBackwardToBlocks(float* dyT, float* laneSums, const PlanesPool
 // of 16 pixels][c][16] = (row 2 q, row 2 q + 1) bits, the rows of each window row as a pair:
 // dyT's words without dyT, the lane sums in the same order.
 void avgPoolPlanesBackwardToPairs(std::uint32_t* dq, float* laneSums, const PlanesPool& p, int n);
+// The 2x2 average pool that tiles a channels-last convolution's output, fused into the narrow
+// convolution in native bf16 (ConvGeom::nhwcPool; LeNet-5's conv 2, ReLU and pool 2): the forward
+// pools each pair of output rows from the registers (no y of the convolution is written or read
+// back), with the ReLU's mask one 16-bit word a pixel (bit o: y[o] > 0); the backward spreads
+// the pool's gradient into the bf16 bits the convolution's backward kernels read (no float dy).
+// The same bits as the separate passes (avgPool2dForward, avgPool2dBackward with g.dxRounded).
+struct NhwcPool {
+  AvgPoolFusion f;                 // forward: the ReLU before the pool, y rounded
+  float* y = nullptr;              // forward: the pool's output [n, oh / 2, ow / 2, oc]
+  std::uint16_t* mask = nullptr;   // the ReLU's mask [n, oh, ow] (conv2dPoolMasks words), when f.relu
+  const float* dy = nullptr;       // backward: the gradient of the pool's output
+};
+// Whether conv g (native bf16, its narrow kernels) can compute pool p, an average pool of x = y,
+// in its passes; the ReLU's mask words for g's batch.
+bool conv2dPoolsNhwc(Device& dev, const ConvGeom& g, const PoolGeom& p);
+std::size_t conv2dPoolMasks(const ConvGeom& g);
 // x [n, c, h, w] -> y [n, c, oh, ow]; window i covers [floor(i*h/oh), ceil((i+1)*h/oh))
 void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow);
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,

@@ -392,11 +392,26 @@ bool narrowData(const ConvGeom& g) {
 }
 }  // namespace
 
+bool conv2dPoolsNhwc(Device& dev, const ConvGeom& g, const PoolGeom& p) {
+  return g.srcNhwc && g.dstNhwc && !g.dstBlocked && !g.pool && narrowForward(g) && narrowData(g) &&
+         narrowWeights(g) && detail::narrowPoolsNhwc(dev, g) && g.oc % 2 == 0 && !detail::narrowDataPortableSlot() &&
+         !detail::narrowWeightsPortableSlot() && p.k == 2 && p.tiles() && p.c == g.oc && p.h == g.oh() &&
+         p.w == g.ow() && !p.dyBlocked && !p.dxBlocked && !p.xBlocked;
+}
+
+std::size_t conv2dPoolMasks(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.oh() * g.ow(); }
+
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
                    const ConvGeom& g) {
   checkGeom(g);
   XS_CHECK(!g.pool || oneChannel(g), ShapeError,
            "conv2d: a fused pool needs the one-channel kernels (ask conv2dWritesPlanes first)");
+  if (g.nhwcPool) {  // y is the pool's (NhwcPool)
+    XS_CHECK(narrowForward(g) && detail::narrowPoolsNhwc(dev, g), ShapeError,
+             "conv2d: a fused channels-last pool needs the native bf16 narrow kernels (ask conv2dPoolsNhwc first)");
+    detail::conv2dForwardNarrow(dev, nullptr, x, w, b, g);
+    return;
+  }
   if (g.dstBlocked) {  // only oneDNN's primitives write it (conv2dWritesBlocked16)
     XS_CHECK(conv2dWritesBlocked16(dev, g, b != nullptr) && detail::conv2dForwardOneDnn(dev, y, x, w, b, g),
              ShapeError,
@@ -495,6 +510,14 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     ConvGeom fresh = g;
     fresh.keepSrc = false;
     return conv2dBackward(dev, dx, dw, db, dy, x, w, fresh);
+  }
+  if (g.nhwcPool) {  // dy is the pool's: spread into bf16 bits, which both narrow passes read
+    XS_CHECK(dw && narrowData(g) && narrowWeights(g) && detail::narrowPoolsNhwc(dev, g), ShapeError,
+             "conv2d: a fused channels-last pool needs the native bf16 narrow kernels (ask conv2dPoolsNhwc first)");
+    const std::uint16_t* bits = detail::nhwcPoolGradBits(dev, g);
+    if (dx) detail::conv2dDataGradientNarrow(dev, dx, nullptr, w, g, bits);
+    detail::conv2dWeightGradientNarrow(dev, dw, db, nullptr, x, g, bits);
+    return;
   }
   if (g.dyBlocked || g.dxBlocked) {  // only oneDNN's blocked passes take these (conv2dGradsBlocked16)
     // Both passes in blocks (either side may come or go channels last), or dx alone.
