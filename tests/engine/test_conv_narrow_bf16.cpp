@@ -119,14 +119,7 @@ Grads weightReference(const Operands& a, const Grads& start) {
 const Case kCases[] = {{3, 6, 14, 14, 16, 5, 0}, {2, 2, 9, 11, 8, 3, 1}, {1, 4, 6, 33, 12, 5, 0},
                        {2, 6, 7, 18, 16, 3, 2}};
 
-class ConvNarrowBf16 : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!dpbf16Kernels()) GTEST_SKIP() << "this CPU does not run the vdpbf16ps kernels (dpbf16Kernels)";
-  }
-  test::ModeScope mode_{Bf16Mode::kNative};
-  Device dev_{golden::bf16Options()};
-};
+class ConvNarrowBf16 : public test::NativeBf16Kernels {};
 
 // Flagged: the operands rounded already and told so (g.xRounded, wRounded, dyRounded), as a
 // rounding producer and the mirror hand them over: the same bits.

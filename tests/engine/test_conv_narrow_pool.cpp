@@ -30,14 +30,7 @@ PoolGeom poolOf(const ConvGeom& g) {
   return p;
 }
 
-class ConvNarrowPool : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!dpbf16Kernels()) GTEST_SKIP() << "this CPU does not run the vdpbf16ps kernels (dpbf16Kernels)";
-  }
-  test::ModeScope mode_{Bf16Mode::kNative};
-  Device dev_{golden::bf16Options()};
-};
+class ConvNarrowPool : public test::NativeBf16Kernels {};
 
 TEST_F(ConvNarrowPool, AFusedPoolGivesTheSeparatePassesBits) {
   // conv -> (ReLU +) pool and pool backward -> conv backward over the batch, against the pool

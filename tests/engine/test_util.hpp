@@ -31,6 +31,17 @@ class ModeScope {
   Bf16Mode saved_;
 };
 
+// A fixture for the kernels on vdpbf16ps in native bf16 (dpbf16Kernels): skipped where this CPU
+// does not run them; dev_ a bf16 device.
+class NativeBf16Kernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!dpbf16Kernels()) GTEST_SKIP() << "this CPU does not run the vdpbf16ps kernels (dpbf16Kernels)";
+  }
+  ModeScope mode_{Bf16Mode::kNative};
+  Device dev_{golden::bf16Options()};
+};
+
 // The same for the convolution backend.
 class ConvBackendScope {
  public:
@@ -55,26 +66,25 @@ inline std::size_t xCount(const ConvGeom& g) { return static_cast<std::size_t>(g
 inline std::size_t yCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.oh() * g.ow() * g.oc; }
 inline std::size_t wCount(const ConvGeom& g) { return static_cast<std::size_t>(g.oc) * g.c * g.kh * g.kw; }
 
-// The narrow input gradient's order (conv_narrow_data.cpp): per image, output row and group of
-// pixels (2 or 4, ceil(ow / P) apart), each pixel's run value run(n, oy, ox, ky, kx, ci) added
-// into the padded dx.
-template <class Run>
-std::vector<float> narrowDataOrder(const ConvGeom& g, Run run) {
-  const int oh = g.oh(), ow = g.ow(), vk = (g.kw * g.c + 15) / 16;
-  const int P = g.kh * vk <= 7 ? 4 : 2, step = (ow + P - 1) / P, hp = g.h + 2 * g.pad, wp = g.w + 2 * g.pad;
+// The pixels of a row in groups of P, ceil(ow / P) apart: f(ox) in the order the narrow input
+// gradient's kernels add them.
+template <class F>
+void eachGroupedPixel(int ow, int P, F f) {
+  const int step = (ow + P - 1) / P;
+  for (int gi = 0; gi < step; ++gi)
+    for (int k = 0; k < P; ++k)
+      if (gi + k * step < ow) f(gi + k * step);
+}
+
+// dx [n][h][w][c] of one input gradient, each image summed by add(n, dxp) into its padded dxp
+// [h + 2 pad][w + 2 pad][c] (zeros at first).
+template <class Add>
+std::vector<float> paddedDx(const ConvGeom& g, Add add) {
+  const int hp = g.h + 2 * g.pad, wp = g.w + 2 * g.pad;
   std::vector<float> dx(xCount(g));
   for (int n = 0; n < g.n; ++n) {
     std::vector<float> dxp(static_cast<std::size_t>(hp) * wp * g.c, 0.f);
-    for (int oy = 0; oy < oh; ++oy)
-      for (int gi = 0; gi < step; ++gi)
-        for (int k = 0; k < P; ++k) {
-          const int ox = gi + k * step;
-          if (ox >= ow) continue;
-          for (int ky = 0; ky < g.kh; ++ky)
-            for (int kx = 0; kx < g.kw; ++kx)
-              for (int ci = 0; ci < g.c; ++ci)
-                dxp[(static_cast<std::size_t>(oy + ky) * wp + ox + kx) * g.c + ci] += run(n, oy, ox, ky, kx, ci);
-        }
+    add(n, dxp);
     for (int iy = 0; iy < g.h; ++iy)
       for (int ix = 0; ix < g.w; ++ix)
         for (int ci = 0; ci < g.c; ++ci)
@@ -84,33 +94,38 @@ std::vector<float> narrowDataOrder(const ConvGeom& g, Run run) {
   return dx;
 }
 
-// dx [n][h][w][c] added up in the native bf16 input gradient's order (conv_narrow_data.cpp's
-// columns): each padded row iy, pixels in groups (gi, gi + step), each target's whole run
+// The narrow input gradient's order (conv_narrow_data.cpp): per image, output row and group of
+// pixels (2 or 4, ceil(ow / P) apart), each pixel's run value run(n, oy, ox, ky, kx, ci) added
+// into the padded dx.
+template <class Run>
+std::vector<float> narrowDataOrder(const ConvGeom& g, Run run) {
+  const int vk = (g.kw * g.c + 15) / 16, P = g.kh * vk <= 7 ? 4 : 2, wp = g.w + 2 * g.pad;
+  return paddedDx(g, [&](int n, std::vector<float>& dxp) {
+    for (int oy = 0; oy < g.oh(); ++oy)
+      eachGroupedPixel(g.ow(), P, [&](int ox) {
+        for (int ky = 0; ky < g.kh; ++ky)
+          for (int kx = 0; kx < g.kw; ++kx)
+            for (int ci = 0; ci < g.c; ++ci)
+              dxp[(static_cast<std::size_t>(oy + ky) * wp + ox + kx) * g.c + ci] += run(n, oy, ox, ky, kx, ci);
+      });
+  });
+}
+
+// The same in the native bf16 input gradient's order (conv_narrow_data.cpp's columns): each
+// padded row iy, pixels in groups of P (gi, gi + step), each target's whole run
 // run(n, iy, ox, kx, ci) added once.
 template <class Run>
 std::vector<float> narrowDataColumns(const ConvGeom& g, Run run) {
   const int ow = g.ow(), vk = (g.kw * g.c + 15) / 16, most = std::min(12, std::max(1, 24 / vk));
-  const int P = (ow + 1) / 2 >= g.kw && most >= 2 ? 2 : 1, step = (ow + P - 1) / P;
-  const int hp = g.h + 2 * g.pad, wp = g.w + 2 * g.pad;
-  std::vector<float> dx(xCount(g));
-  for (int n = 0; n < g.n; ++n) {
-    std::vector<float> dxp(static_cast<std::size_t>(hp) * wp * g.c, 0.f);
-    for (int iy = 0; iy < hp; ++iy)
-      for (int gi = 0; gi < step; ++gi)
-        for (int k = 0; k < P; ++k) {
-          const int ox = gi + k * step;
-          if (ox >= ow) continue;
-          for (int kx = 0; kx < g.kw; ++kx)
-            for (int ci = 0; ci < g.c; ++ci)
-              dxp[(static_cast<std::size_t>(iy) * wp + ox + kx) * g.c + ci] += run(n, iy, ox, kx, ci);
-        }
-    for (int iy = 0; iy < g.h; ++iy)
-      for (int ix = 0; ix < g.w; ++ix)
-        for (int ci = 0; ci < g.c; ++ci)
-          dx[((static_cast<std::size_t>(n) * g.h + iy) * g.w + ix) * g.c + ci] =
-              dxp[(static_cast<std::size_t>(iy + g.pad) * wp + ix + g.pad) * g.c + ci];
-  }
-  return dx;
+  const int P = (ow + 1) / 2 >= g.kw && most >= 2 ? 2 : 1, wp = g.w + 2 * g.pad;
+  return paddedDx(g, [&](int n, std::vector<float>& dxp) {
+    for (int iy = 0; iy < g.h + 2 * g.pad; ++iy)
+      eachGroupedPixel(ow, P, [&](int ox) {
+        for (int kx = 0; kx < g.kw; ++kx)
+          for (int ci = 0; ci < g.c; ++ci)
+            dxp[(static_cast<std::size_t>(iy) * wp + ox + kx) * g.c + ci] += run(n, iy, ox, kx, ci);
+      });
+  });
 }
 
 // y [n][oh][ow][oc] of a reference forward, each value(n, oy, ox, o).
