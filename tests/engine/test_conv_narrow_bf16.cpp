@@ -162,6 +162,21 @@ TEST_F(ConvNarrowBf16, PassesMatchTheirPairSumsBitForBit) {
     }
 }
 
+// The input gradient on maps one and two pixels wide (1 x 1 taps: one pixel a group, or two),
+// and on 15 channels, whose tap rows run 3 vectors (45 values) a pixel.
+TEST_F(ConvNarrowBf16, InputGradientOfNarrowMapsMatchesItsPairSums) {
+  for (const Case& c : {Case{2, 6, 4, 1, 8, 1, 0}, Case{3, 2, 5, 2, 8, 1, 0}, Case{2, 15, 6, 6, 8, 3, 1}}) {
+    const ConvGeom g = geom(c);
+    ASSERT_TRUE(detail::useNarrowDataGradient(g));
+    const Vec rw = rounded(test::pattern(wCount(g), 2)), rdy = rounded(test::pattern(yCount(g), 4));
+    const Vec dy = test::pattern(yCount(g), 4), w = test::pattern(wCount(g), 2);
+    const Operands a{g, Vec(xCount(g), 0.f), rw, rdy};
+    Vec dx(xCount(g), 7.f);
+    detail::conv2dDataGradientNarrow(dev_, dx.data(), dy.data(), w.data(), g);
+    EXPECT_EQ(dx, dataReference(a)) << "w " << c.w << " k " << c.k;
+  }
+}
+
 // Odd input channels (the forward's pairs) and odd output channels (the input gradient's) run the
 // emulated kernels: the bits of an emulated bf16 device.
 TEST_F(ConvNarrowBf16, OddChannelsRunTheEmulatedKernels) {

@@ -117,7 +117,7 @@ std::vector<float> narrowDataOrder(const ConvGeom& g, Run run) {
 template <class Run>
 std::vector<float> narrowDataColumns(const ConvGeom& g, Run run) {
   const int ow = g.ow(), vk = (g.kw * g.c + 15) / 16, most = std::min(12, std::max(1, 24 / vk));
-  const int P = (ow + 1) / 2 >= g.kw && most >= 2 ? 2 : 1, wp = g.w + 2 * g.pad;
+  const int P = ow >= 2 && (ow + 1) / 2 >= g.kw && most >= 2 ? 2 : 1, wp = g.w + 2 * g.pad;
   return paddedDx(g, [&](int n, std::vector<float>& dxp) {
     for (int iy = 0; iy < g.h + 2 * g.pad; ++iy)
       eachGroupedPixel(ow, P, [&](int ox) {

@@ -40,7 +40,7 @@ namespace {
 constexpr int kLanes = 16;
 constexpr int kMaxAcc = 14;  // accumulators a pixel: two pixels' and a weight fit 32 registers
 // The bf16 columns' groups: at most kMaxTargets targets and kMaxColumnAcc accumulators, about
-// kColumnAcc where the rows allow (vdpbf16ps's latency hidden, few rows' ky for nothing).
+// kColumnAcc where the batch allows (enough chains to hide vdpbf16ps's latency).
 constexpr int kMaxTargets = 12, kMaxColumnAcc = 24, kColumnAcc = 12;
 
 // Pixels a group for na accumulators a pixel: two, or four when four pixels' accumulators fit.
@@ -267,7 +267,7 @@ struct Columns {
   int P, step, R;
   explicit Columns(const Runs& r) {
     const int most = std::min(kMaxTargets, std::max(1, kMaxColumnAcc / r.vk));
-    P = (r.ow + 1) / 2 >= r.run / r.c && most >= 2 ? 2 : 1;  // runs kw pixels long
+    P = r.ow >= 2 && (r.ow + 1) / 2 >= r.run / r.c && most >= 2 ? 2 : 1;  // runs kw pixels long
     step = (r.ow + P - 1) / P;
     R = std::max(1, std::min(most / P, kColumnAcc / (P * r.vk)));
   }
