@@ -409,6 +409,8 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
   if (g.nhwcPool) {  // y is the pool's (NhwcPool)
     XS_CHECK(narrowForward(g) && detail::narrowPoolsNhwc(dev, g), ShapeError,
              "conv2d: a fused channels-last pool needs the native bf16 narrow kernels (ask conv2dPoolsNhwc first)");
+    XS_CHECK(g.nhwcPool->y && (!g.nhwcPool->f.relu || g.nhwcPool->mask), ShapeError,
+             "conv2d with a fused pool: give the pool's output and, with its ReLU, the mask's conv2dPoolMasks words");
     detail::conv2dForwardNarrow(dev, nullptr, x, w, b, g);
     return;
   }
@@ -514,6 +516,8 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
   if (g.nhwcPool) {  // dy is the pool's: spread into bf16 bits, which both narrow passes read
     XS_CHECK(dw && narrowData(g) && narrowWeights(g) && detail::narrowPoolsNhwc(dev, g), ShapeError,
              "conv2d: a fused channels-last pool needs the native bf16 narrow kernels (ask conv2dPoolsNhwc first)");
+    XS_CHECK(g.nhwcPool->dy && (!g.nhwcPool->f.relu || g.nhwcPool->mask), ShapeError,
+             "conv2d with a fused pool: give the pool's gradient (NhwcPool::dy) and the forward's mask");
     const std::uint16_t* bits = detail::nhwcPoolGradBits(dev, g);
     if (dx) detail::conv2dDataGradientNarrow(dev, dx, nullptr, w, g, bits);
     detail::conv2dWeightGradientNarrow(dev, dw, db, nullptr, x, g, bits);
