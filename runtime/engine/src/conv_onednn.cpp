@@ -43,6 +43,9 @@ struct Staging {
 // staging buffer.
 struct Port {
   memory::desc user, inner;
+  // The memory objects of both layouts, made once: a call sets their data handles (made per
+  // call, each was a few allocations).
+  memory userMem, innerMem;
   bool same = true;
   dnnl::reorder toInner, toUser;  // built only where `own` has no reorder for the pair
   OwnReorder own;                  // ours in place of toInner or toUser, where it has one
@@ -53,6 +56,8 @@ struct Port {
     user = u;
     inner = in;
     same = u == in;
+    userMem = memory(u, eng, DNNL_MEMORY_NONE);
+    innerMem = same ? userMem : memory(in, eng, DNNL_MEMORY_NONE);
     if (same) return;
     stage = staging.reserve(dev, role, (in.get_size() + 3) / 4);
     own = input ? OwnReorder::between(u, in) : OwnReorder::between(in, u);
@@ -63,22 +68,26 @@ struct Port {
   // The primitive's view of an input at p, converted (into to, or the staging buffer) when the
   // layouts differ.
   memory in(const float* p, float* to = nullptr) {
-    auto& c = oneDnnContext();
-    memory um(user, c.eng, const_cast<float*>(p));
-    if (same) return um;
-    memory im(inner, c.eng, to ? to : stage->data());
-    if (own) own(p, im.get_data_handle());
-    else toInner.execute(c.stream, um, im);
-    return im;
+    userMem.set_data_handle(const_cast<float*>(p));
+    if (same) return userMem;
+    innerMem.set_data_handle(to ? to : stage->data());
+    if (own) own(p, innerMem.get_data_handle());
+    else toInner.execute(oneDnnContext().stream, userMem, innerMem);
+    return innerMem;
+  }
+  // The primitive's layout at p itself: a buffer already in it (channel blocks, a kept copy).
+  memory at(const float* p) {
+    innerMem.set_data_handle(const_cast<float*>(p));
+    return innerMem;
   }
   // Where the primitive writes an output destined for p.
-  memory out(float* p) { return memory(same ? user : inner, oneDnnContext().eng, same ? p : stage->data()); }
+  memory out(float* p) { return at(same ? p : stage->data()); }
   void finish(float* p) {
     if (same) return;
-    auto& c = oneDnnContext();
     if (own) return own(stage->data(), p);
-    memory im(inner, c.eng, stage->data()), um(user, c.eng, p);
-    toUser.execute(c.stream, im, um);
+    innerMem.set_data_handle(stage->data());
+    userMem.set_data_handle(p);
+    toUser.execute(oneDnnContext().stream, innerMem, userMem);
   }
 };
 
@@ -97,6 +106,7 @@ struct Entry {
   bool wideWeightGrad = false;      // native bf16: the weight gradient on our kernel (useWideWeightGradientBf16)
   bool oneChannelWide = false;      // native bf16: the forward on our kernel (useOneChannelWideBf16)
   std::size_t scratchpadBytes = 0;
+  memory scratchpadMem, biasMem, diffBiasMem;  // made once, as the ports' (scratchpad, bias)
   // keepSrc: the converted x of each call site (by x's address), kept from forward to backward.
   std::unordered_map<const float*, Tensor> keptSrc;
   // Emulated bf16 (gemm.hpp), and native bf16's emulated weight gradient: x of each call site,
@@ -124,9 +134,14 @@ std::size_t dstCount(const ConvGeom& g) { return static_cast<std::size_t>(g.n) *
 
 constexpr int kScratchpadSlot = 3;  // Device scratch slot (0-2: im2col, 4-5: GEMM)
 
-memory scratchpad(Device& dev, const Entry& e) {
-  memory::desc md({static_cast<memory::dim>(std::max<std::size_t>(e.scratchpadBytes, 1))}, dt::u8, tag::a);
-  return memory(md, oneDnnContext().eng, detail::scratch(dev, kScratchpadSlot, (e.scratchpadBytes + 3) / 4 + 1));
+memory scratchpad(Device& dev, Entry& e) {
+  e.scratchpadMem.set_data_handle(detail::scratch(dev, kScratchpadSlot, (e.scratchpadBytes + 3) / 4 + 1));
+  return e.scratchpadMem;
+}
+// The bias (forward) or its gradient (backward weights) at p.
+memory biasAt(memory& m, const float* p) {
+  m.set_data_handle(const_cast<float*>(p));
+  return m;
 }
 
 using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool, bool, bool, bool, bool, bool>;
@@ -232,6 +247,11 @@ std::unique_ptr<Entry> build(Device& dev, const ConvGeom& g, bool bias, bool win
                       fpd.dst_desc() == memory::desc(dstD, dt::f32, tag::nChw16c);
   for (auto& pd : {fpd.scratchpad_desc(), dpd.scratchpad_desc(), wpd.scratchpad_desc()})
     e->scratchpadBytes = std::max(e->scratchpadBytes, pd.get_size());
+  const memory::desc scratchpadMd({static_cast<memory::dim>(std::max<std::size_t>(e->scratchpadBytes, 1))}, dt::u8,
+                                  tag::a);
+  e->scratchpadMem = memory(scratchpadMd, eng, DNNL_MEMORY_NONE);
+  e->biasMem = memory(biasMd, eng, DNNL_MEMORY_NONE);
+  e->diffBiasMem = memory(biasMd, eng, DNNL_MEMORY_NONE);
   return e;
 }
 
@@ -309,9 +329,9 @@ bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, 
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, e->src.in(x, keep)},
       {DNNL_ARG_WEIGHTS, e->wei.in(w)},
-      {DNNL_ARG_DST, g.dstBlocked ? memory(e->dst.inner, c.eng, y) : e->dst.out(y)},  // blocked: as it is
+      {DNNL_ARG_DST, g.dstBlocked ? e->dst.at(y) : e->dst.out(y)},  // blocked: as it is
       {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
-  if (b) args.emplace(DNNL_ARG_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, const_cast<float*>(b)));
+  if (b) args.emplace(DNNL_ARG_BIAS, biasAt(e->biasMem, b));
   e->fwd.execute(c.stream, args);
   if (!g.dstBlocked) e->dst.finish(y);
   c.stream.wait();
@@ -339,7 +359,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   if (emulated && dx && !g.wRounded) w = roundedCopy(dev, e->roundedWei, w, weiCount(g));  // only dx reads w
   // Blocked dy and dx (g.dyBlocked / g.dxBlocked) are already in the primitives' layout.
   auto weightGradDiffDst = [&] {
-    return g.dyBlocked ? memory(e->bwDiffDst.inner, c.eng, const_cast<float*>(dy)) : e->bwDiffDst.in(dy);
+    return g.dyBlocked ? e->bwDiffDst.at(dy) : e->bwDiffDst.in(dy);
   };
   memory diffDst;
   // Overwriting, the gradients go straight to the flat buffer; adding, through dwUser / dbUser.
@@ -349,7 +369,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
     diffDst = weightGradDiffDst();
     memory src;
     auto kept = keptValid && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
-    if (kept != e->keptSrc.end()) src = memory(e->bwSrc.inner, c.eng, kept->second.data());
+    if (kept != e->keptSrc.end()) src = e->bwSrc.at(kept->second.data());
     else src = e->bwSrc.in(x);
     memory diffWei = e->bwDiffWei.out(dwOut);
     if (e->wideWeightGrad) {
@@ -360,13 +380,13 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
                                            {DNNL_ARG_DIFF_DST, diffDst},
                                            {DNNL_ARG_DIFF_WEIGHTS, diffWei},
                                            {DNNL_ARG_SCRATCHPAD, scratchpad(dev, *e)}};
-      if (db) args.emplace(DNNL_ARG_DIFF_BIAS, memory(memory::desc({g.oc}, dt::f32, tag::a), c.eng, dbOut));
+      if (db) args.emplace(DNNL_ARG_DIFF_BIAS, biasAt(e->diffBiasMem, dbOut));
       e->bwdWeights.execute(c.stream, args);
     }
     e->bwDiffWei.finish(dwOut);
   }
   if (dx) {
-    memory diffSrc = g.dxBlocked ? memory(e->bdDiffSrc.inner, c.eng, dx) : e->bdDiffSrc.out(dx);
+    memory diffSrc = g.dxBlocked ? e->bdDiffSrc.at(dx) : e->bdDiffSrc.out(dx);
     const memory dataDiffDst = !e->sharedDiffDst ? e->bdDiffDst.in(dy) : dw ? diffDst : weightGradDiffDst();
     e->bwdData.execute(c.stream, {{DNNL_ARG_DIFF_DST, dataDiffDst},
                                   {DNNL_ARG_WEIGHTS, e->bdWei.in(w)},
