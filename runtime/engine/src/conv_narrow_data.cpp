@@ -191,36 +191,23 @@ XS_DPBF16 inline void columnGroup(float* dxp, const std::uint32_t* const (&d)[T]
                                  const std::uint32_t* wk, int steps, const Runs& r, const __mmask16* lanes) {
   const int oq = r.oc / 2;
   const std::size_t rowWords = static_cast<std::size_t>(r.ow) * oq, qStride = static_cast<std::size_t>(r.na) * kLanes;
-  __m512 acc[T][VK];
+  __m512 acc[VK][T];  // dpbf16Tile's [vectors][words]: wp's VK vectors, the T targets' words
 #pragma GCC unroll 16
-  for (int t = 0; t < T; ++t)
+  for (int v = 0; v < VK; ++v)
 #pragma GCC unroll 16
-    for (int v = 0; v < VK; ++v) acc[t][v] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[v][t] = _mm512_setzero_ps();
   for (int s = 0; s < steps; ++s, wk += r.vk * kLanes) {
     const std::uint32_t* ds[T];  // the targets' dy rows oy - s
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) ds[t] = d[t] - s * rowWords;
-    for (int q = 0; q < oq; ++q) {
-      __m512i wv[VK];
-#pragma GCC unroll 16
-      for (int v = 0; v < VK; ++v) {
-        wv[v] = _mm512_load_si512(wk + q * qStride + v * kLanes);
-        asm("" : "+v"(wv[v]));  // one load for the T targets' products, as in rowAvx512
-      }
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        const __m512i b = _mm512_set1_epi32(static_cast<int>(ds[t][q]));
-#pragma GCC unroll 16
-        for (int v = 0; v < VK; ++v) acc[t][v] = _mm512_dpbf16_ps(acc[t][v], (__m512bh)b, (__m512bh)wv[v]);
-      }
-    }
+    for (int q = 0; q < oq; ++q) dpbf16Tile(acc, wk + q * qStride, kLanes, [&ds, q](int t) { return ds[t][q]; });
   }
 #pragma GCC unroll 16
   for (int t = 0; t < T; ++t)
 #pragma GCC unroll 16
     for (int v = 0; v < VK; ++v) {
       float* at = dxp + to[t] + v * kLanes;
-      _mm512_mask_storeu_ps(at, lanes[v], _mm512_add_ps(_mm512_maskz_loadu_ps(lanes[v], at), acc[t][v]));
+      _mm512_mask_storeu_ps(at, lanes[v], _mm512_add_ps(_mm512_maskz_loadu_ps(lanes[v], at), acc[v][t]));
     }
 }
 
@@ -288,13 +275,16 @@ void imagesColumns(float* dxp, std::size_t dxpImage, const std::uint32_t* dy, st
       const std::uint32_t* d[kMaxTargets];
       std::size_t to[kMaxTargets];
       int t = 0;
-      for (int p = 0; p < cols.P; ++p)
+      for (int p = 0; p < cols.P; ++p) {
+        const int ox = gi + p * cols.step;
+        if (ox >= r.ow) continue;
+        const std::size_t dyAt = static_cast<std::size_t>(iy - kyLo) * rowWords + static_cast<std::size_t>(ox) * (r.oc / 2);
+        const std::size_t dxAt = static_cast<std::size_t>(iy) * r.dxpRow + static_cast<std::size_t>(ox) * r.c;
         for (int i = 0; i < count; ++i) {
-          const int ox = gi + p * cols.step;
-          if (ox >= r.ow) continue;
-          d[t] = dy + i * dyImage + static_cast<std::size_t>(iy - kyLo) * rowWords + static_cast<std::size_t>(ox) * (r.oc / 2);
-          to[t++] = i * dxpImage + static_cast<std::size_t>(iy) * r.dxpRow + static_cast<std::size_t>(ox) * r.c;
+          d[t] = dy + i * dyImage + dyAt;
+          to[t++] = i * dxpImage + dxAt;
         }
+      }
       columnKernel(r.vk, t, std::make_index_sequence<kMaxAcc>())(dxp, d, to, gi < full ? full : cols.step - full, kyLo,
                                                                 kyHi - kyLo + 1, wp, r, lanes);
     }
@@ -367,9 +357,10 @@ void conv2dDataGradientNarrow(Device& dev, float* dx, const float* dy, const flo
       imagesColumns(to, padded, reinterpret_cast<const std::uint32_t*>(dyBits + n0 * yImage), yImage / 2, count, wp, r,
                     cols);
     } else {
-      for (int oy = 0; oy < r.oh; ++oy)
-        kernel(to + static_cast<std::size_t>(oy) * r.dxpRow, dy + n0 * yImage + static_cast<std::size_t>(oy) * r.ow * r.oc,
-               wr, r);
+      for (int oy = 0; oy < r.oh; ++oy) {
+        const float* dyRow = dy + n0 * yImage + static_cast<std::size_t>(oy) * r.ow * r.oc;
+        kernel(to + static_cast<std::size_t>(oy) * r.dxpRow, dyRow, wr, r);
+      }
     }
     if (g.pad)
       for (int i = 0; i < count; ++i)

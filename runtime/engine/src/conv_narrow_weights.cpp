@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <immintrin.h>
+#include <type_traits>
 
 #include "conv_onednn.hpp"
 #include "device_internals.hpp"
@@ -129,40 +130,34 @@ void imageSums(Device& dev, float* s, bool bias, const float* dy, const float* x
   }
 }
 
+// The word (d[o], row[o]) of 16 lanes (lanes: the oc that hold values; row null: zeros): floats
+// rounded (or, kRounded, bf16 already), or bf16 bits (nhwcPoolGradBits) as they are.
+template <bool kRounded, class T>
+XS_DPBF16 inline __m512i rowPairWords(const T* d, const T* row, __mmask16 lanes) {
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512 hi = row ? _mm512_maskz_loadu_ps(lanes, row) : _mm512_setzero_ps();
+    return pairWordsOf<kRounded>(_mm512_maskz_loadu_ps(lanes, d), hi);
+  } else {
+    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, d));
+    const __m512i hi = row ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, row)) : _mm512_setzero_si512();
+    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+  }
+}
+
 // Native bf16: the image's dy [oh][ow][oc] -> dq [(oh + 1) / 2][ow][16] words (dy[2 rq][ox][o],
 // dy[2 rq + 1][ox][o]), zeros past oc and oh; with bias, the bias's sums (16 lanes) += each
 // word's pair of values, the high half (row 2 rq + 1) first. kRounded: dy holds bf16 values
-// (g.dyRounded), and likewise x below.
-template <bool kRounded>
-XS_DPBF16 void dyRowPairs(std::uint32_t* dq, float* bias, const float* dy, const Runs& r) {
+// (g.dyRounded), and likewise x below; T: dy float, or its bf16 bits.
+template <bool kRounded, class T>
+XS_DPBF16 void dyRowPairs(std::uint32_t* dq, float* bias, const T* dy, const Runs& r) {
   const __mmask16 lanes = firstLanes(r.oc);
   const __m512i ones = _mm512_set1_epi32(0x3f803f80);  // bf16 1.0 in both halves
   __m512 sums = bias ? _mm512_load_ps(bias) : _mm512_setzero_ps();
   const std::size_t row = static_cast<std::size_t>(r.ow) * r.oc;
   for (int oy = 0; oy < r.oh; oy += 2)
     for (int ox = 0; ox < r.ow; ++ox, dq += kLanes) {
-      const float* d = dy + oy * row + static_cast<std::size_t>(ox) * r.oc;
-      const __m512 hi = oy + 1 < r.oh ? _mm512_maskz_loadu_ps(lanes, d + row) : _mm512_setzero_ps();
-      const __m512i words = pairWordsOf<kRounded>(_mm512_maskz_loadu_ps(lanes, d), hi);
-      _mm512_store_si512(dq, words);
-      if (bias) sums = _mm512_dpbf16_ps(sums, (__m512bh)words, (__m512bh)ones);
-    }
-  if (bias) _mm512_store_ps(bias, sums);
-}
-
-// The same from dy's bf16 bits [oh][ow][oc] (nhwcPoolGradBits): each word the two rows' bits.
-XS_DPBF16 void dyRowPairsOfBits(std::uint32_t* dq, float* bias, const std::uint16_t* dy, const Runs& r) {
-  const __mmask16 lanes = firstLanes(r.oc);
-  const __m512i ones = _mm512_set1_epi32(0x3f803f80);
-  __m512 sums = bias ? _mm512_load_ps(bias) : _mm512_setzero_ps();
-  const std::size_t row = static_cast<std::size_t>(r.ow) * r.oc;
-  for (int oy = 0; oy < r.oh; oy += 2)
-    for (int ox = 0; ox < r.ow; ++ox, dq += kLanes) {
-      const std::uint16_t* d = dy + oy * row + static_cast<std::size_t>(ox) * r.oc;
-      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, d));
-      const __m512i hi = oy + 1 < r.oh ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, d + row))
-                                       : _mm512_setzero_si512();
-      const __m512i words = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      const T* d = dy + oy * row + static_cast<std::size_t>(ox) * r.oc;
+      const __m512i words = rowPairWords<kRounded>(d, oy + 1 < r.oh ? d + row : nullptr, lanes);
       _mm512_store_si512(dq, words);
       if (bias) sums = _mm512_dpbf16_ps(sums, (__m512bh)words, (__m512bh)ones);
     }
@@ -236,7 +231,7 @@ void pairSums(Device& dev, float* s, bool bias, const float* dy, const std::uint
   const std::size_t dyImage = static_cast<std::size_t>(r.oh) * r.ow * r.oc;
   for (int n = 0; n < g.n; ++n) {
     float* biasSums = bias ? r.sums(s, r.kh, 0) : nullptr;
-    if (dyBits) dyRowPairsOfBits(dq, biasSums, dyBits + n * dyImage, r);
+    if (dyBits) dyRowPairs<true>(dq, biasSums, dyBits + n * dyImage, r);
     else if (g.dyRounded) dyRowPairs<true>(dq, biasSums, dy + n * dyImage, r);
     else dyRowPairs<false>(dq, biasSums, dy + n * dyImage, r);
     if (g.xRounded) xRowPairs<true>(xq, x + n * image, g, r);

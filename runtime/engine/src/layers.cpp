@@ -148,8 +148,7 @@ class Conv2d : public Module {
   void fuseWithNext(Module& next) override {
     planesNext_ = next.takesPlanarInput();
     auto* source = dynamic_cast<PlanesPoolSource*>(&next);
-    poolNext_ = planesNext_ ? source : nullptr;
-    nhwcPoolNext_ = source;
+    poolSource_ = source;
     blockedNext_ = source && source->takesBlockedInput();
   }
   const Tensor& forward(const Tensor& x, Context& ctx) override {
@@ -162,9 +161,9 @@ class Conv2d : public Module {
     // Before a pool that takes planes, kernels that compute planes write them (one input channel).
     g_.planes = g_.dstNhwc && planesNext_ && !needInputGrad_ && conv2dWritesPlanes(ctx.dev, g_);
     if (g_.planes) g_.dstNhwc = false;
-    g_.pool = poolNext_ ? poolNext_->fuseIntoConv(ctx, g_.n, g_.planes) : nullptr;
+    g_.pool = planesNext_ && poolSource_ ? poolSource_->fuseIntoConv(ctx, g_.n, g_.planes) : nullptr;
     // Channels last before an average pool that the narrow kernels compute (conv2dPoolsNhwc).
-    g_.nhwcPool = nhwcPoolNext_ && !g_.pool ? nhwcPoolNext_->fuseIntoNhwcConv(ctx, g_, !g_.planes) : nullptr;
+    g_.nhwcPool = poolSource_ && !g_.pool ? poolSource_->fuseIntoNhwcConv(ctx, g_, !g_.planes) : nullptr;
     // Before a max-pool, y as the primitive computes it (channel blocks) when that is not NHWC:
     // the pool reads it so, one reorder less. dy still comes back channels last.
     g_.dstBlocked = blockedNext_ && g_.dstNhwc && !g_.pool && !g_.nhwcPool && conv2dWritesBlocked16(ctx.dev, g_, bias_);
@@ -209,8 +208,7 @@ class Conv2d : public Module {
   bool blockedGrads_ = false, blockedDx_ = false;  // see forward
   bool planesNext_ = false;                         // the module after takes planes (fuseWithNext)
   bool blockedNext_ = false;                        // ... or channel blocks (takesBlockedInput)
-  PlanesPoolSource* poolNext_ = nullptr;            // ... and can be computed in this one's passes
-  PlanesPoolSource* nhwcPoolNext_ = nullptr;        // the module after, asked for a channels-last fusion
+  PlanesPoolSource* poolSource_ = nullptr;          // ... and can be computed in this one's passes
   ConvGeom g_{};
   std::size_t w_ = 0, b_ = 0;
 };
@@ -240,14 +238,9 @@ class Pool2d : public Module, public PlanesPoolSource {
     if (!fused_) return nullptr;
     g_.n = n;
     planes_ = true;
-    const bool rounded = nextRounds_ && bf16Products(ctx.dev);
-    y_.ensure(ctx.dev, Shape{n, g_.c, g_.oh(), g_.ow()}, "activations");
-    y_.setLayout(Layout::kNhwc);
-    y_.setBf16Values(rounded);
-    y_.setBlockedGrad(false);
-    blockedDx_ = false;
-    fusion_ = PlanesPool{nchw(g_), {.relu = reluBefore_, .roundY = rounded}, y_.data(),
-                         reluBefore_ ? reluMasks(ctx) : nullptr, nullptr};
+    const AvgPoolFusion f = fusedOutput(ctx);
+    std::uint16_t* masks = reluBefore_ ? reluMasks(ctx, avgPoolPlanesMasks(g_)) : nullptr;
+    fusion_ = PlanesPool{nchw(g_), f, y_.data(), masks, nullptr};
     fusion_.g.dxRounded = bf16Products(ctx.dev);  // as the convolution's own kernels round dy
     return &fusion_;
   }
@@ -259,18 +252,8 @@ class Pool2d : public Module, public PlanesPoolSource {
     if (!fused_) return nullptr;
     g_ = p;
     planes_ = false;
-    const bool rounded = nextRounds_ && bf16Products(ctx.dev);
-    y_.ensure(ctx.dev, Shape{p.n, p.c, p.oh(), p.ow()}, "activations");
-    y_.setLayout(Layout::kNhwc);
-    y_.setBf16Values(rounded);
-    y_.setBlockedGrad(false);
-    blockedDx_ = false;
-    std::uint16_t* masks = nullptr;
-    if (reluBefore_) {
-      argmax_.ensure(ctx.dev, Shape{static_cast<int>((conv2dPoolMasks(conv) + 1) / 2)}, "ReLU masks");
-      masks = reinterpret_cast<std::uint16_t*>(argmax_.data());
-    }
-    nhwcFusion_ = NhwcPool{{.relu = reluBefore_, .roundY = rounded}, y_.data(), masks, nullptr};
+    const AvgPoolFusion f = fusedOutput(ctx);
+    nhwcFusion_ = NhwcPool{f, y_.data(), reluBefore_ ? reluMasks(ctx, conv2dPoolMasks(conv)) : nullptr, nullptr};
     return &nhwcFusion_;
   }
   const Tensor& forward(const Tensor& x0, Context& ctx) override {
@@ -307,7 +290,8 @@ class Pool2d : public Module, public PlanesPoolSource {
     y_.ensure(ctx.dev, out, "activations");
     y_.setLayout(planes_ || g_.xBlocked ? Layout::kNhwc : x.layout());
     if (planes_) {
-      avgPoolPlanesForward(y_.data(), reluMasks(ctx), x.data(), g_, {.relu = reluBefore_, .roundY = rounded});
+      avgPoolPlanesForward(y_.data(), reluMasks(ctx, avgPoolPlanesMasks(g_)), x.data(), g_,
+                           {.relu = reluBefore_, .roundY = rounded});
     } else if (kind_ == kAvg) {
       avgPool2dForward(y_.data(), x.data(), g_, {.relu = reluBefore_, .roundY = rounded});
     } else {
@@ -368,10 +352,22 @@ class Pool2d : public Module, public PlanesPoolSource {
   }
 
  private:
-  // Pooling planes: the fused ReLU's mask as bits (avgPoolPlanesMasks words) in argmax_.
-  std::uint16_t* reluMasks(Context& ctx) {
-    argmax_.ensure(ctx.dev, Shape{static_cast<int>((avgPoolPlanesMasks(g_) + 1) / 2)}, "ReLU masks");
+  // Pooling planes or fused into a convolution: the fused ReLU's mask, `words` 16-bit words
+  // (avgPoolPlanesMasks, conv2dPoolMasks), in argmax_.
+  std::uint16_t* reluMasks(Context& ctx, std::size_t words) {
+    argmax_.ensure(ctx.dev, Shape{static_cast<int>((words + 1) / 2)}, "ReLU masks");
     return reinterpret_cast<std::uint16_t*>(argmax_.data());
+  }
+  // The output of a pool that the convolution before computes (fuseIntoConv, fuseIntoNhwcConv):
+  // y_ channels last for g_'s batch; the fusion's ReLU and rounding.
+  AvgPoolFusion fusedOutput(Context& ctx) {
+    const bool rounded = nextRounds_ && bf16Products(ctx.dev);
+    y_.ensure(ctx.dev, Shape{g_.n, g_.c, g_.oh(), g_.ow()}, "activations");
+    y_.setLayout(Layout::kNhwc);
+    y_.setBf16Values(rounded);
+    y_.setBlockedGrad(false);
+    blockedDx_ = false;
+    return {.relu = reluBefore_, .roundY = rounded};
   }
   static PoolGeom nchw(PoolGeom g) {
     g.nhwc = false;
@@ -410,13 +406,12 @@ class Relu : public Module, public PlanesPoolSource {
     nextRounds_ = next.roundsInputToBf16();
     planesNext_ = passThrough_ && next.takesPlanarInput();
     auto* source = dynamic_cast<PlanesPoolSource*>(&next);
-    poolAfter_ = planesNext_ ? source : nullptr;
     next_ = source;
     blockedNext_ = passThrough_ && source && source->takesBlockedInput();
   }
   bool takesBlockedInput() const override { return blockedNext_; }  // x goes to the pool as it is
   const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) override {  // the pool that applies it
-    return poolAfter_ ? poolAfter_->fuseIntoConv(ctx, n, on) : nullptr;
+    return planesNext_ && next_ ? next_->fuseIntoConv(ctx, n, on) : nullptr;
   }
   const NhwcPool* fuseIntoNhwcConv(Context& ctx, const ConvGeom& conv, bool on) override {
     return passThrough_ && next_ ? next_->fuseIntoNhwcConv(ctx, conv, on) : nullptr;
@@ -449,7 +444,6 @@ class Relu : public Module, public PlanesPoolSource {
   bool passThrough_ = false;
   bool nextRounds_ = false, roundDx_ = false;
   bool planesNext_ = false, blockedNext_ = false;
-  PlanesPoolSource* poolAfter_ = nullptr;
   PlanesPoolSource* next_ = nullptr;  // the module after, when it can fuse into a convolution
 };
 
