@@ -15,6 +15,7 @@
 #include "ops.hpp"
 #include "rng.hpp"
 #include "xspawn/engine/model.hpp"
+#include "xspawn/error.hpp"
 #include "xspawn/models.hpp"
 #include "xspawn/nn.hpp"
 #include "xspawn/optim.hpp"
@@ -220,6 +221,20 @@ class Opaque : public nn::Module {
     return to;
   }
 };
+
+// A fused pool's forward asked of a convolution whose kernels cannot run it (on `dev`): a
+// ShapeError that names `ask`, the function to ask first.
+inline void expectFusedPoolRefused(Device& dev, const ConvGeom& g, const NhwcPool& pool, const char* ask) {
+  const std::vector<float> x = pattern(xCount(g), 1), w = pattern(wCount(g), 2);
+  ConvGeom fused = g;
+  fused.nhwcPool = &pool;
+  try {
+    conv2dForward(dev, nullptr, x.data(), w.data(), nullptr, fused);
+    ADD_FAILURE() << "no error";
+  } catch (const xs::ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find(ask), std::string::npos) << e.what();
+  }
+}
 
 // The same floats, bit for bit (-0 and NaN payloads included).
 inline bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {

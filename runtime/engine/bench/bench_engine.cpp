@@ -3,6 +3,7 @@
 // runs PyTorch (1 thread) on the identical model and batch in the same run for the ratio;
 // --all: every built-in model in both precisions in one table.
 #include <algorithm>
+#include <sched.h>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -42,6 +43,9 @@ struct Args {
   int rounds = 1;          // --all: the whole table this many times, each row's median
   bool all = false, itersGiven = false;
   bool modules = false;  // each module's own forward and backward time (Model::setModuleTimes)
+  // Give the CPU up after every step (sched_yield): copies of the bench started on one core then
+  // take turns a step each, as oversubscribed ranks do between their all-reduces.
+  bool yieldEachStep = false;
   // Timed steps go on past --iters until they add up to this many seconds (of thread CPU time):
   // short steps (LeNet-5, the MLP) then span several of a shared machine's moments.
   double minSeconds = 0;
@@ -78,6 +82,7 @@ bench::Figures runEngine(const Args& a, Model& model, optim::Optimizer& opt, dou
   std::vector<double> cpu, wall;
   double timed = 0;
   for (int it = 0; it < a.iters + 2 || timed < a.minSeconds; ++it) {
+    if (a.yieldEachStep) sched_yield();
     double c0 = threadCpuSeconds();
     auto t0 = std::chrono::steady_clock::now();
     model.trainStep(images.data(), labels.data(), a.batch);
@@ -417,6 +422,8 @@ int main(int argc, char** argv) {
        "time more steps than --iters until they take this many seconds (default: 1 with --all, else 0)")
       ("modules", "also time each module's forward and backward (Model::setModuleTimes) and print its own "
                   "time, share of the step and % of peak")
+      ("yield-each-step", "give the CPU up after every step: copies started on one core (taskset) then take "
+                          "turns a step each, as oversubscribed ranks do")
       ("rounds", po::value(&a.rounds)->default_value(a.rounds),
        "with --all: run the whole table this many times (each row to stderr as it is measured), then print each "
        "row's median and the range of its % of peak (a shared machine's memory speed changes in phases)");
@@ -431,6 +438,7 @@ int main(int argc, char** argv) {
     a.all = vm.count("all") > 0;
     a.itersGiven = !vm["iters"].defaulted();
     a.modules = vm.count("modules") > 0;
+    a.yieldEachStep = vm.count("yield-each-step") > 0;
     if (!vm.count("min-seconds")) a.minSeconds = a.all ? 1.0 : 0.0;
     XS_CHECK(a.minSeconds >= 0 && a.minSeconds <= 600, UsageError,
              "--min-seconds must be between 0 and 600, got " + std::to_string(a.minSeconds));

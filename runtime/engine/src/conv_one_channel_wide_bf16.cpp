@@ -12,7 +12,10 @@
 //
 // with a . b vdpbf16ps's pair product (the high halves' first): two neighbouring values of xb are
 // the word a product reads, broadcast from memory as it lies. A tile holds G blocks of 16 outputs
-// for P pixels of a row in registers (G * P sums, G weight words a pair, x broadcast).
+// for P pixels of a row in registers (G * P sums, G weight words a pair, x broadcast). With the
+// 2x2 max-pool of stride 2 after it fused in (ConvGeom::nhwcPool with codes: the convnet's conv
+// 1, ReLU and pool 1), a tile makes the same sums for two rows and pools them in registers
+// (pool_max2x2.hpp, the pool's own step): y is never written, nor read back by the pool.
 #include <algorithm>
 #include <immintrin.h>
 #include <utility>
@@ -20,6 +23,7 @@
 #include "conv_onednn.hpp"
 #include "device_internals.hpp"
 #include "kernel_util.hpp"
+#include "pool_max2x2.hpp"
 
 namespace xs::engine::detail {
 namespace {
@@ -51,11 +55,10 @@ void weightWords(std::uint32_t* wv, const float* w, const Geometry& q) {
         }
 }
 
-// Blocks b0 .. b0 + G - 1 of P pixels from (oy, ox) of one image.
+// The sums of blocks b0 .. b0 + G - 1 for P pixels from (oy, ox) of one image.
 template <int G, int P>
-XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* wv, const float* bias, const Geometry& q,
-                    int b0, int oy, int ox) {
-  __m512 acc[G][P];
+XS_DPBF16 [[gnu::always_inline]] inline void sums(__m512 (&acc)[G][P], const std::uint16_t* xb, const std::uint32_t* wv,
+                                                  const float* bias, const Geometry& q, int b0, int oy, int ox) {
 #pragma GCC unroll 4
   for (int gi = 0; gi < G; ++gi) {
     const __m512 start = bias ? _mm512_loadu_ps(bias + (b0 + gi) * kLanes) : _mm512_setzero_ps();
@@ -75,6 +78,14 @@ XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* wv, 
       wb += kLanes;
     }
   }
+}
+
+// Blocks b0 .. b0 + G - 1 of P pixels from (oy, ox) of one image, stored in y's blocks.
+template <int G, int P>
+XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* wv, const float* bias, const Geometry& q,
+                    int b0, int oy, int ox) {
+  __m512 acc[G][P];
+  sums<G, P>(acc, xb, wv, bias, q, b0, oy, ox);
   const std::size_t plane = static_cast<std::size_t>(q.oh) * q.ow * kLanes;
 #pragma GCC unroll 4
   for (int gi = 0; gi < G; ++gi) {
@@ -84,6 +95,29 @@ XS_DPBF16 void tile(float* y, const std::uint16_t* xb, const std::uint32_t* wv, 
   }
 }
 
+// The same for output rows oy and oy + 1 (oy even) and P pixels from ox (even), pooled by the 2x2
+// max-pool of stride 2 after the convolution (NhwcPool::codes) into its output and codes at
+// image `image` (channels last, q.blocks * 16 channels): the upper row's sums wait on the stack
+// while the lower row's are made; the convolution's output is never stored.
+template <int G, int P, PoolEpilogue E>
+XS_DPBF16 void poolTile(const NhwcPool& pool, const std::uint16_t* xb, const std::uint32_t* wv, const float* bias,
+                        const Geometry& q, std::size_t image, int b0, int oy, int ox) {
+  static_assert(P % 2 == 0);
+  __m512 upper[G][P], lower[G][P];
+  sums<G, P>(upper, xb, wv, bias, q, b0, oy, ox);
+  sums<G, P>(lower, xb, wv, bias, q, b0, oy + 1, ox);
+  const int pw = q.ow / 2, oc = q.blocks * kLanes;
+  const std::size_t first = (image * (q.oh / 2) + oy / 2) * pw + ox / 2;  // the tile's first pooled pixel
+#pragma GCC unroll 4
+  for (int gi = 0; gi < G; ++gi)
+#pragma GCC unroll 8
+    for (int j = 0; j < P / 2; ++j) {
+      const std::size_t at = (first + j) * oc + (b0 + gi) * kLanes;
+      const __m512 window[4] = {upper[gi][2 * j], upper[gi][2 * j + 1], lower[gi][2 * j], lower[gi][2 * j + 1]};
+      maxPool2x2Vector<E>(pool.y + at, pool.codes + at, window);
+    }
+}
+
 using Tile = void (*)(float*, const std::uint16_t*, const std::uint32_t*, const float*, const Geometry&, int, int,
                       int);
 
@@ -91,6 +125,39 @@ template <int G, std::size_t... I>
 Tile tileOf(int pixels, std::index_sequence<I...>) {
   static constexpr Tile kTable[] = {&tile<G, static_cast<int>(I) + 1>...};
   return kTable[pixels - 1];
+}
+
+using PoolTile = void (*)(const NhwcPool&, const std::uint16_t*, const std::uint32_t*, const float*, const Geometry&,
+                          std::size_t, int, int, int);
+
+// The pooled tiles of 2, 4, .. 2 * sizeof...(I) pixels.
+template <int G, PoolEpilogue E, std::size_t... I>
+PoolTile poolTileOf(int pixels, std::index_sequence<I...>) {
+  static constexpr PoolTile kTable[] = {&poolTile<G, 2 * (static_cast<int>(I) + 1), E>...};
+  return kTable[pixels / 2 - 1];
+}
+template <int G>
+PoolTile poolTileOf(int pixels, const AvgPoolFusion& f) {
+  constexpr auto kPairs = std::make_index_sequence<kMaxPixels / 2>();
+  if (f.roundY) return poolTileOf<G, PoolEpilogue::kReluRoundedToBf16>(pixels, kPairs);
+  return f.relu ? poolTileOf<G, PoolEpilogue::kRelu>(pixels, kPairs) : poolTileOf<G, PoolEpilogue::kNone>(pixels, kPairs);
+}
+
+// The forward with the max-pool fused in: rows in pairs (an odd height's last row is no pool's),
+// each pair's pooled pixels in tiles of at most kMaxPixels / 2, as even as they come.
+void pooledForward(const NhwcPool& pool, const PaddedImages<std::uint16_t>& padded, const float* x,
+                   const std::uint32_t* wv, const float* b, const Geometry& q, int n, int G) {
+  const int pw = q.ow / 2, tiles = (pw + kMaxPixels / 2 - 1) / (kMaxPixels / 2);
+  for (int i = 0; i < n; ++i) {
+    const std::uint16_t* xb = padded.image(x, i);
+    for (int oy = 0; oy + 1 < q.oh; oy += 2)
+      for (int t = 0, px = 0; t < tiles; ++t) {
+        const int pairs = (pw - px) / (tiles - t);
+        const PoolTile run = G == 2 ? poolTileOf<2>(2 * pairs, pool.f) : poolTileOf<1>(2 * pairs, pool.f);
+        for (int b0 = 0; b0 < q.blocks; b0 += G) run(pool, xb, wv, b, q, i, b0, oy, 2 * px);
+        px += pairs;
+      }
+  }
 }
 
 }  // namespace
@@ -108,6 +175,7 @@ void conv2dForwardOneChannelWideBf16(Device& dev, float* yBlocks, const float* x
   // A pair's word stays in its row: (ow - 1) + kw - 1 < xpRow.
   const PaddedImages<std::uint16_t> padded(dev, kImageSlot, g);
   const int G = q.blocks % 2 == 0 ? 2 : 1;
+  if (g.nhwcPool) return pooledForward(*g.nhwcPool, padded, x, wv, b, q, g.n, G);
   // The row's pixels in tiles of at most kMaxPixels, as even as they come.
   const int tiles = (q.ow + kMaxPixels - 1) / kMaxPixels;
   const std::size_t yImage = static_cast<std::size_t>(q.blocks) * q.oh * q.ow * kLanes;

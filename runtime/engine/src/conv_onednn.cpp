@@ -304,6 +304,12 @@ bool conv2dWritesBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias) {
   return e && e->dst.inner == memory::desc({g.n, g.oc, g.oh(), g.ow()}, dt::f32, tag::nChw16c);
 }
 
+bool conv2dForwardsOneChannelWide(Device& dev, const ConvGeom& g, bool bias) {
+  if (!nativeBf16(dev) || !g.dstNhwc || g.oc % 16 != 0) return false;
+  Entry* e = entry(dev, g, bias);
+  return e && e->oneChannelWide;
+}
+
 bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, const float* b,
                          const ConvGeom& g) {
   Entry* e = entry(dev, g, b != nullptr);

@@ -35,6 +35,9 @@ bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias, bool 
 bool conv2dDxBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias);
 // Native bf16 only: the forward writes dst as nChw16c float32.
 bool conv2dWritesBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias);
+// Native bf16 only: the forward runs on our one-channel kernel (useOneChannelWideBf16) in
+// oneDNN's place, which may then pool its sums (ConvGeom::nhwcPool with codes).
+bool conv2dForwardsOneChannelWide(Device& dev, const ConvGeom& g, bool bias);
 
 // src -> bf16 bits, nearest even (vcvtneps2bf16 where the CPU has it). (gemm_onednn.cpp)
 void floatsToBf16(const float* src, std::uint16_t* dst, std::size_t n);
@@ -102,7 +105,9 @@ void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const
                                   const ConvGeom& g);
 // Native bf16 where narrowBf16 holds: the forward of a stride-1 convolution from one input
 // channel into blocks of 16 outputs (conv_one_channel_wide_bf16.cpp), y written in oneDNN's
-// blocks of 16 channels ([n][oc/16][oh][ow][16] float32), pairs of taps along a row.
+// blocks of 16 channels ([n][oc/16][oh][ow][16] float32), pairs of taps along a row. With
+// g.nhwcPool (a max-pool's codes, conv2dMaxPoolsNhwc) yBlocks is unused: the pool's output and
+// codes are written instead.
 bool useOneChannelWideBf16(const Device& dev, const ConvGeom& g);
 void conv2dForwardOneChannelWideBf16(Device& dev, float* yBlocks, const float* x, const float* w, const float* b,
                                      const ConvGeom& g);

@@ -117,9 +117,10 @@ class PlanesPoolSource {
   // on: the convolution computes the pool's output for a batch of n this forward (and spreads
   // its gradient back in backward); off: the pool runs on its own. Null when it cannot.
   virtual const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) = 0;
-  // The same for a channels-last convolution whose narrow kernels pool (conv2dPoolsNhwc): conv
-  // its geometry for this batch. Null when they cannot, or when off.
-  virtual const NhwcPool* fuseIntoNhwcConv(Context&, const ConvGeom&, bool) { return nullptr; }
+  // The same for a channels-last convolution whose kernels pool (conv2dPoolsNhwc,
+  // conv2dMaxPoolsNhwc): conv its geometry for this batch, with a bias when bias, asked for dx
+  // when dx. Null when they cannot, or when off.
+  virtual const NhwcPool* fuseIntoNhwcConv(Context&, const ConvGeom&, bool, bool, bool) { return nullptr; }
   // Whether it reads its input in blocks of 16 channels (Layout::kNchw16c) as it is: a max-pool
   // channels last over a multiple of 16 channels, or a ReLU that such a pool applies. A
   // convolution before it then hands its output over in that layout.
@@ -162,8 +163,10 @@ class Conv2d : public Module {
     g_.planes = g_.dstNhwc && planesNext_ && !needInputGrad_ && conv2dWritesPlanes(ctx.dev, g_);
     if (g_.planes) g_.dstNhwc = false;
     g_.pool = planesNext_ && poolSource_ ? poolSource_->fuseIntoConv(ctx, g_.n, g_.planes) : nullptr;
-    // Channels last before an average pool that the narrow kernels compute (conv2dPoolsNhwc).
-    g_.nhwcPool = poolSource_ && !g_.pool ? poolSource_->fuseIntoNhwcConv(ctx, g_, !g_.planes) : nullptr;
+    // Channels last before a pool that the kernels compute: an average pool in the narrow ones'
+    // passes (conv2dPoolsNhwc), a max-pool in the one-channel forward of a first layer (conv2dMaxPoolsNhwc).
+    g_.nhwcPool =
+        poolSource_ && !g_.pool ? poolSource_->fuseIntoNhwcConv(ctx, g_, !g_.planes, bias_, needInputGrad_) : nullptr;
     // Before a max-pool, y as the primitive computes it (channel blocks) when that is not NHWC:
     // the pool reads it so, one reorder less. dy still comes back channels last.
     g_.dstBlocked = blockedNext_ && g_.dstNhwc && !g_.pool && !g_.nhwcPool && conv2dWritesBlocked16(ctx.dev, g_, bias_);
@@ -244,16 +247,23 @@ class Pool2d : public Module, public PlanesPoolSource {
     fusion_.g.dxRounded = bf16Products(ctx.dev);  // as the convolution's own kernels round dy
     return &fusion_;
   }
-  const NhwcPool* fuseIntoNhwcConv(Context& ctx, const ConvGeom& conv, bool on) override {
+  const NhwcPool* fuseIntoNhwcConv(Context& ctx, const ConvGeom& conv, bool on, bool bias, bool dx) override {
     PoolGeom p = g_;
     p.n = conv.n;
     p.nhwc = true;
-    fused_ = on && kind_ == kAvg && conv2dPoolsNhwc(ctx.dev, conv, p);
+    const bool max = kind_ == kMax && !dx && conv2dMaxPoolsNhwc(ctx.dev, conv, p, bias);
+    fused_ = on && ((kind_ == kAvg && conv2dPoolsNhwc(ctx.dev, conv, p)) || max);
     if (!fused_) return nullptr;
     g_ = p;
     planes_ = false;
     const AvgPoolFusion f = fusedOutput(ctx);
-    nhwcFusion_ = NhwcPool{f, y_.data(), reluBefore_ ? reluMasks(ctx, conv2dPoolMasks(conv)) : nullptr, nullptr};
+    if (max) {  // window codes as its own pass keeps them; dy in blocks as it would take it
+      argmax_.ensure(ctx.dev, y_.shape(), "max-pool indices");
+      y_.setBlockedGrad(true);
+      nhwcFusion_ = NhwcPool{f, y_.data(), nullptr, nullptr, reinterpret_cast<std::uint16_t*>(argmax_.data())};
+    } else {
+      nhwcFusion_ = NhwcPool{f, y_.data(), reluBefore_ ? reluMasks(ctx, conv2dPoolMasks(conv)) : nullptr, nullptr};
+    }
     return &nhwcFusion_;
   }
   const Tensor& forward(const Tensor& x0, Context& ctx) override {
@@ -361,7 +371,7 @@ class Pool2d : public Module, public PlanesPoolSource {
   // The output of a pool that the convolution before computes (fuseIntoConv, fuseIntoNhwcConv):
   // y_ channels last for g_'s batch; the fusion's ReLU and rounding.
   AvgPoolFusion fusedOutput(Context& ctx) {
-    const bool rounded = nextRounds_ && bf16Products(ctx.dev);
+    const bool rounded = (kind_ == kAvg || reluBefore_) && nextRounds_ && bf16Products(ctx.dev);  // as forward's
     y_.ensure(ctx.dev, Shape{g_.n, g_.c, g_.oh(), g_.ow()}, "activations");
     y_.setLayout(Layout::kNhwc);
     y_.setBf16Values(rounded);
@@ -413,8 +423,8 @@ class Relu : public Module, public PlanesPoolSource {
   const PlanesPool* fuseIntoConv(Context& ctx, int n, bool on) override {  // the pool that applies it
     return planesNext_ && next_ ? next_->fuseIntoConv(ctx, n, on) : nullptr;
   }
-  const NhwcPool* fuseIntoNhwcConv(Context& ctx, const ConvGeom& conv, bool on) override {
-    return passThrough_ && next_ ? next_->fuseIntoNhwcConv(ctx, conv, on) : nullptr;
+  const NhwcPool* fuseIntoNhwcConv(Context& ctx, const ConvGeom& conv, bool on, bool bias, bool dx) override {
+    return passThrough_ && next_ ? next_->fuseIntoNhwcConv(ctx, conv, on, bias, dx) : nullptr;
   }
   bool takesPlanarInput() const override { return planesNext_; }  // x goes to the pool as it is
   const Tensor& forward(const Tensor& x, Context& ctx) override {

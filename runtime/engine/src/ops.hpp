@@ -327,16 +327,28 @@ void avgPoolPlanesBackwardToPairs(std::uint32_t* dq, float* laneSums, const Plan
 // back), with the ReLU's mask one 16-bit word a pixel (bit o: y[o] > 0); the backward spreads
 // the pool's gradient into the bf16 bits the convolution's backward kernels read (no float dy).
 // The same bits as the separate passes (avgPool2dForward, avgPool2dBackward with g.dxRounded).
+// The same struct carries the 2x2 max-pool of stride 2 after a one-channel convolution into
+// blocks of 16 outputs (the convnet's conv 1, ReLU and pool 1; conv2dMaxPoolsNhwc): the forward
+// pools each pair of output rows from the registers into the pool's output and window codes
+// (maxPoolNhwcForward's, with its epilogue); the backward spreads the pool's gradient into the
+// float blocks its weight gradient reads (maxPoolNhwcBackward's, dx rounded), as the pool would.
 struct NhwcPool {
   AvgPoolFusion f;                 // forward: the ReLU before the pool, y rounded
   float* y = nullptr;              // forward: the pool's output [n, oh / 2, ow / 2, oc]
   std::uint16_t* mask = nullptr;   // the ReLU's mask [n, oh, ow] (conv2dPoolMasks words), when f.relu
   const float* dy = nullptr;       // backward: the gradient of the pool's output
+  // A max-pool's window codes [n, oh / 2, ow / 2, oc] (kPoolPasses where its ReLU passes dy), in
+  // place of the mask; null for an average pool. Its dy may come in blocks (ConvGeom::dyBlocked).
+  std::uint16_t* codes = nullptr;
 };
 // Whether conv g (native bf16, its narrow kernels) can compute pool p, an average pool of x = y,
 // in its passes; the ReLU's mask words for g's batch.
 bool conv2dPoolsNhwc(Device& dev, const ConvGeom& g, const PoolGeom& p);
 std::size_t conv2dPoolMasks(const ConvGeom& g);
+// Whether conv g (native bf16, the one-channel forward into blocks of 16 outputs, with bias when
+// bias) can compute p, a 2x2 max-pool of stride 2 of x = y, in its forward (NhwcPool::codes). Its
+// backward then takes the weight and bias gradients only (no dx).
+bool conv2dMaxPoolsNhwc(Device& dev, const ConvGeom& g, const PoolGeom& p, bool bias);
 // x [n, c, h, w] -> y [n, c, oh, ow]; window i covers [floor(i*h/oh), ceil((i+1)*h/oh))
 void adaptiveAvgPool2dForward(float* y, const float* x, int n, int c, int h, int w, int oh, int ow);
 void adaptiveAvgPool2dBackward(float* dx, const float* dy, int n, int c, int h, int w, int oh,

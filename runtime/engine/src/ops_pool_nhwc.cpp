@@ -17,6 +17,7 @@
 #include "gemm.hpp"
 #include "kernel_util.hpp"
 #include "ops.hpp"
+#include "pool_max2x2.hpp"
 
 namespace xs::engine {
 
@@ -117,15 +118,10 @@ template <int S, PoolEpilogue E, int P>
     }
 }
 
-// Where a later pixel v wins over the best so far: greater, or NaN.
-__attribute__((target("avx512f"))) inline __mmask16 later(__m512 v, __m512 best) {
-  return static_cast<__mmask16>(_mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
-}
-
 // maxPool2x2Forward with x in blocks of 16 channels, written for AVX-512 (BW for the codes'
 // narrowing store): one vector a window, its best value and pixel in registers, the tie rule
 // as one compare of each later pixel (greater, or NaN) and the epilogue as finish<E>'s and
-// passes<E>'s, so the same bits. GCC vectorised the loop above at 256 bits with its masks spread
+// passes<E>'s, so the same bits (maxPool2x2Vector, pool_max2x2.hpp). GCC vectorised the loop above at 256 bits with its masks spread
 // over k-registers: the convnet's three pools (batch 16, bf16's epilogue) took 54, 63 and 20 µs
 // a step that way, 30, 32 and 11 µs this way (Zen 5).
 template <int S, PoolEpilogue E>
@@ -135,7 +131,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Blocked512(f
                                                                               const PoolGeom& g) {
   const int oh = g.oh(), ow = g.ow(), c = g.c, w = g.w;
   const std::size_t row = static_cast<std::size_t>(w) * kBlock, hw = static_cast<std::size_t>(g.h) * w;
-  const __m512 zero = _mm512_setzero_ps();
   for (int n = 0; n < g.n; ++n)
     for (int j = 0; j < c; j += kBlock) {
       const float* img = x + static_cast<std::size_t>(n) * hw * c + j * hw;
@@ -144,28 +139,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Blocked512(f
         std::size_t o = ((static_cast<std::size_t>(n) * oh + oy) * ow) * c + j;
         for (int ox = 0; ox < ow; ++ox, o += c) {
           const float* p0 = r0 + static_cast<std::size_t>(ox) * S * kBlock;
-          const float* px[4] = {p0, p0 + kBlock, p0 + row, p0 + row + kBlock};  // offsets 0-3
-          __m512 best = _mm512_loadu_ps(px[0]);
-          __m512i at = _mm512_setzero_si512();
-#pragma GCC unroll 3
-          for (int i = 1; i < 4; ++i) {
-            const __m512 v = _mm512_loadu_ps(px[i]);
-            const __mmask16 t = later(v, best);
-            best = _mm512_mask_mov_ps(best, t, v);
-            at = _mm512_mask_mov_epi32(at, t, _mm512_set1_epi32(i));
-          }
-          if constexpr (E != PoolEpilogue::kNone) {
-            // finish<E>: max(0, v) keeps v only where 0 < v (NaN and -0 give +0)
-            best = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(zero, best, _CMP_LT_OQ), best);
-            if constexpr (E == PoolEpilogue::kReluRoundedToBf16) best = roundBf16(best);
-            // passes<E>: the value's bits above zero
-            const __mmask16 pass = _mm512_cmpgt_epi32_mask(_mm512_castps_si512(best), _mm512_setzero_si512());
-            at = _mm512_mask_or_epi32(at, pass, at, _mm512_set1_epi32(kPoolPasses));
-          } else {
-            at = _mm512_or_si512(at, _mm512_set1_epi32(kPoolPasses));
-          }
-          _mm512_storeu_ps(y + o, best);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(code + o), _mm512_maskz_cvtepi32_epi16(kAllLanes, at));
+          const __m512 px[4] = {_mm512_loadu_ps(p0), _mm512_loadu_ps(p0 + kBlock), _mm512_loadu_ps(p0 + row),
+                                _mm512_loadu_ps(p0 + row + kBlock)};  // offsets 0-3
+          maxPool2x2Vector<E>(y + o, code + o, px);
         }
       }
     }
