@@ -21,9 +21,9 @@ using golden::Vec;
 using Case = test::ConvCase;
 using Codes = std::vector<std::uint16_t>;
 
-// The convnet's conv 1 (28 x 28 into 32, 5 x 5, padding 1: 26 x 26); 3 x 3 taps into 32 on a
-// map of 11 x 11 (odd: the last row and column are no window's); 48 outputs (blocks one at a
-// time) on 30 x 30, five windows a tile.
+// The convnet's conv 1 (28 x 28 into 32, 5 x 5, padding 1: 26 x 26, 3 images: the last pair's
+// second image is zeros); 3 x 3 taps into 32 on a map of 11 x 11 (odd: the last row and column
+// are no window's); 48 outputs (blocks one at a time) on 30 x 30, five windows a tile.
 const Case kCases[] = {{3, 1, 28, 28, 32, 5, 1}, {2, 1, 13, 13, 32, 3, 0}, {2, 1, 30, 30, 48, 5, 2}};
 
 PoolGeom poolOf(const ConvGeom& g) {
@@ -48,8 +48,8 @@ class ConvWideMaxPool : public test::NativeBf16Kernels {};
 
 TEST_F(ConvWideMaxPool, AFusedMaxPoolGivesTheSeparatePassesBits) {
   // conv (y in blocks) -> (ReLU +) max-pool, and the pool's backward -> the weight gradient,
-  // against the pool made from the forward's registers and its gradient spread inside the
-  // convolution's backward; each epilogue, dy channels last and in blocks.
+  // against the pool made from the forward's registers and its gradient spread by the weight
+  // pass into its own words; each epilogue, dy channels last and in blocks.
   const AvgPoolFusion epilogues[] = {{.relu = true, .roundY = true}, {.relu = true}, {}};
   for (const Case& c : kCases)
     for (const AvgPoolFusion& f : epilogues)

@@ -304,10 +304,10 @@ bool conv2dWritesBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias) {
   return e && e->dst.inner == memory::desc({g.n, g.oc, g.oh(), g.ow()}, dt::f32, tag::nChw16c);
 }
 
-bool conv2dForwardsOneChannelWide(Device& dev, const ConvGeom& g, bool bias) {
+bool conv2dOneChannelWideOnOurs(Device& dev, const ConvGeom& g, bool bias) {
   if (!nativeBf16(dev) || !g.dstNhwc || g.oc % 16 != 0) return false;
   Entry* e = entry(dev, g, bias);
-  return e && e->oneChannelWide;
+  return e && e->oneChannelWide && e->wideWeightGrad;
 }
 
 bool conv2dForwardOneDnn(Device& dev, float* y, const float* x, const float* w, const float* b,
@@ -372,7 +372,10 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   float* dwOut = g.overwriteGrads ? dw : e->dwUser.data();
   float* dbOut = g.overwriteGrads ? db : e->dbUser.data();
   if (dw) {
-    diffDst = weightGradDiffDst();
+    // A fused max-pool's gradient (g.nhwcPool): our weight pass spreads it itself.
+    XS_CHECK(!g.nhwcPool || (e->wideWeightGrad && !dx), ShapeError,
+             "conv2d: a fused max-pool's gradient needs the one-channel weight pass on our kernel, and no dx");
+    if (!g.nhwcPool) diffDst = weightGradDiffDst();
     memory src;
     auto kept = keptValid && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();
     if (kept != e->keptSrc.end()) src = e->bwSrc.at(kept->second.data());
@@ -380,7 +383,7 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
     memory diffWei = e->bwDiffWei.out(dwOut);
     if (e->wideWeightGrad) {
       conv2dWeightGradientWideBf16(dev, static_cast<float*>(diffWei.get_data_handle()), db ? dbOut : nullptr,
-                                   diffDst.get_data_handle(), src.get_data_handle(), g);
+                                   g.nhwcPool ? nullptr : diffDst.get_data_handle(), src.get_data_handle(), g);
     } else {
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
                                            {DNNL_ARG_DIFF_DST, diffDst},

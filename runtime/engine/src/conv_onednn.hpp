@@ -35,9 +35,10 @@ bool conv2dGradsBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias, bool 
 bool conv2dDxBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias);
 // Native bf16 only: the forward writes dst as nChw16c float32.
 bool conv2dWritesBlocked16OneDnn(Device& dev, const ConvGeom& g, bool bias);
-// Native bf16 only: the forward runs on our one-channel kernel (useOneChannelWideBf16) in
-// oneDNN's place, which may then pool its sums (ConvGeom::nhwcPool with codes).
-bool conv2dForwardsOneChannelWide(Device& dev, const ConvGeom& g, bool bias);
+// Native bf16 only: the forward and the weight gradient run on our kernels in oneDNN's place
+// (useOneChannelWideBf16, useWideWeightGradientBf16), which then may pool the forward's sums and
+// spread the pool's gradient (ConvGeom::nhwcPool with codes).
+bool conv2dOneChannelWideOnOurs(Device& dev, const ConvGeom& g, bool bias);
 
 // src -> bf16 bits, nearest even (vcvtneps2bf16 where the CPU has it). (gemm_onednn.cpp)
 void floatsToBf16(const float* src, std::uint16_t* dst, std::size_t n);
@@ -99,7 +100,8 @@ bool narrowBf16(const Device& dev);
 // (conv_wide_weights_bf16.cpp), in oneDNN's layouts for its weight pass: x and dy bf16 bits in
 // blocks of 16 channels ([n][c/16][h][w][16]), or for one input channel x float32 [n][h][w] and
 // dy float32 blocks; dw written in oneDNN's blocks (ABcd16b16a, or Acdb16a for one channel), db
-// (when not null) written. The pairs are images.
+// (when not null) written. The pairs are images. With g.nhwcPool (a fused max-pool's codes, one
+// input channel) dy is not read: its words come from the pool's gradient and codes.
 bool useWideWeightGradientBf16(const Device& dev, const ConvGeom& g);
 void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const void* dy, const void* x,
                                   const ConvGeom& g);

@@ -21,10 +21,13 @@
 // x broadcast as each product's operand) and streams a chunk of image pairs. The sums are dw
 // itself in oneDNN's blocks of 16 x 16 (ABcd16b16a: [oc/16][c/16][kh][kw][16 ci][16 o]), or for
 // one channel its blocks of 16 outputs (Acdb16a: [oc/16][kh][kw][16 o]), which its weight pass
-// writes too and our reorder takes to the plain layout.
+// writes too and our reorder takes to the plain layout. With the max-pool after a one-channel
+// convolution fused in (ConvGeom::nhwcPool with codes), dq's words come from the pool's gradient
+// and window codes as its backward would spread them (PooledDy): no float dy.
 #include <algorithm>
 #include <cstdlib>
 #include <immintrin.h>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -32,6 +35,7 @@
 #include "conv_onednn.hpp"
 #include "device_internals.hpp"
 #include "kernel_util.hpp"
+#include "pool_max2x2.hpp"
 #include "xspawn/error.hpp"
 
 namespace xs::engine::detail {
@@ -96,6 +100,64 @@ XS_DPBF16 void dyWords(std::uint32_t* dq, float* db, const T* dy, int np, const 
       if (db) sums = _mm512_dpbf16_ps(sums, (__m512bh)words, (__m512bh)ones);
     }
     if (db) _mm512_storeu_ps(db + b * kLanes, sums);
+  }
+}
+
+// The max-pool after the convolution fused in (ConvGeom::nhwcPool with codes, one input
+// channel), read as its backward reads it: window (py, px) of block b of image i gives its 16
+// codes and its gradient, 0 + dy rounded (maxPoolNhwcBackward with dx rounded).
+struct PooledDy {
+  const NhwcPool& pool;
+  bool dyBlocked;  // the pool's dy in blocks of 16 channels
+  int ph, pw, oc;
+  std::size_t pixels() const { return static_cast<std::size_t>(ph) * pw; }
+  XS_DPBF16 __m256i codes(int i, int b, std::size_t p) const {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pool.codes + (i * pixels() + p) * oc + b * kLanes));
+  }
+  XS_DPBF16 __m512 gradient(int i, int b, std::size_t p) const {
+    const std::size_t d = dyBlocked ? ((static_cast<std::size_t>(i) * (oc / kLanes) + b) * pixels() + p) * kLanes
+                                    : (i * pixels() + p) * oc + b * kLanes;
+    return maxPoolGradient<true>(pool.dy + d);
+  }
+};
+
+// dyWords<float> for the fused max-pool: the words of the float dy the pool's backward would
+// have written (each pixel its window's gradient where the window picked it and passes dy, +0
+// elsewhere and past the last whole window), window by window without it; then db's sums over
+// the words in dyWords' order (pixels row by row). The gradient is rounded already: its bits'
+// high half is the word's half.
+XS_DPBF16 void pooledDyWords(std::uint32_t* dq, float* db, const PooledDy& dy, int np, const Geometry& q) {
+  const __m512i ones = _mm512_set1_epi32(0x3f803f80);  // bf16 1.0 in both halves
+  const __m512i zero = _mm512_setzero_si512();
+  const bool hasHi = 2 * np + 1 < q.n;
+  const std::size_t row = static_cast<std::size_t>(q.ow) * kLanes, plane = q.oh * row;
+  for (int b = 0; b < q.blocks; ++b, dq += plane) {
+    for (int py = 0; py < dy.ph; ++py) {
+      std::uint32_t* rows[2] = {dq + 2 * py * row, dq + (2 * py + 1) * row};
+      for (int px = 0; px < dy.pw; ++px) {
+        const std::size_t p = static_cast<std::size_t>(py) * dy.pw + px;
+        const __m512i lo = _mm512_maskz_srli_epi32(kAllLanes, _mm512_castps_si512(dy.gradient(2 * np, b, p)), 16);
+        const __m512i hi = hasHi ? _mm512_castps_si512(dy.gradient(2 * np + 1, b, p)) : zero;
+        const __m256i codesLo = dy.codes(2 * np, b, p);
+        const __m256i codesHi = hasHi ? dy.codes(2 * np + 1, b, p) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int at = 0; at < 4; ++at) {  // the window's pixels: (2 py + at / 2, 2 px + at % 2)
+          const __m512i words = _mm512_or_si512(_mm512_maskz_mov_epi32(maxPool2x2Picks(codesLo, at), lo),
+                                                _mm512_maskz_mov_epi32(maxPool2x2Picks(codesHi, at), hi));
+          _mm512_store_si512(rows[at / 2] + (2 * px + at % 2) * kLanes, words);
+        }
+      }
+      if (q.ow % 2) {  // the last column is no window's
+        _mm512_store_si512(rows[0] + (q.ow - 1) * kLanes, zero);
+        _mm512_store_si512(rows[1] + (q.ow - 1) * kLanes, zero);
+      }
+    }
+    if (q.oh % 2) std::fill(dq + (q.oh - 1) * row, dq + plane, 0u);  // the last row is no window's
+    if (!db) continue;
+    __m512 sums = np > 0 ? _mm512_loadu_ps(db + b * kLanes) : _mm512_setzero_ps();
+    for (std::size_t i = 0; i < plane; i += kLanes)
+      sums = _mm512_dpbf16_ps(sums, (__m512bh)_mm512_load_si512(dq + i), (__m512bh)ones);
+    _mm512_storeu_ps(db + b * kLanes, sums);
   }
 }
 
@@ -229,11 +291,14 @@ void conv2dWeightGradientWideBf16(Device& dev, float* dwBlocks, float* db, const
   const int chunk = static_cast<int>(std::clamp<std::size_t>(kChunkBytes / pairBytes, 1, q.pairs));
   auto* dq = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kDyWordSlot, q.dqPair * chunk));
   auto* xq = reinterpret_cast<std::uint32_t*>(detail::scratch(dev, kXWordSlot, q.xqPair * chunk));
+  std::optional<PooledDy> pooled;
+  if (g.nhwcPool) pooled.emplace(PooledDy{*g.nhwcPool, g.dyBlocked, q.oh / 2, q.ow / 2, q.oc});
   for (int p0 = 0; p0 < q.pairs; p0 += chunk) {
     const int pairs = std::min(chunk, q.pairs - p0);
     for (int i = 0; i < pairs; ++i) {
       if (q.c == 1) {
-        dyWords(dq + i * q.dqPair, db, static_cast<const float*>(dy), p0 + i, q);
+        if (pooled) pooledDyWords(dq + i * q.dqPair, db, *pooled, p0 + i, q);
+        else dyWords(dq + i * q.dqPair, db, static_cast<const float*>(dy), p0 + i, q);
         xWordsOneChannel(xq + i * q.xqPair, static_cast<const float*>(x), p0 + i, q);
       } else {
         dyWords(dq + i * q.dqPair, db, static_cast<const std::uint16_t*>(dy), p0 + i, q);

@@ -132,7 +132,8 @@ struct ConvGeom {
   // (the batch's planes are never stored; see PlanesPool). y and dy are then the pool's.
   const PlanesPool* pool = nullptr;
   // Channels last: the 2x2 average pool after it (and the ReLU before that pool), computed in the
-  // narrow convolution's passes (conv2dPoolsNhwc, NhwcPool). y and dy are then the pool's.
+  // narrow convolution's passes (conv2dPoolsNhwc, NhwcPool), or the 2x2 max-pool of stride 2 in
+  // the one-channel wide kernels' (conv2dMaxPoolsNhwc). y and dy are then the pool's.
   const NhwcPool* nhwcPool = nullptr;
   // The caller leaves x unchanged between conv2dForward and conv2dBackward: the backward then
   // reuses the forward's copy of x in the kernel's layout and precision (one conversion less).
@@ -330,8 +331,8 @@ void avgPoolPlanesBackwardToPairs(std::uint32_t* dq, float* laneSums, const Plan
 // The same struct carries the 2x2 max-pool of stride 2 after a one-channel convolution into
 // blocks of 16 outputs (the convnet's conv 1, ReLU and pool 1; conv2dMaxPoolsNhwc): the forward
 // pools each pair of output rows from the registers into the pool's output and window codes
-// (maxPoolNhwcForward's, with its epilogue); the backward spreads the pool's gradient into the
-// float blocks its weight gradient reads (maxPoolNhwcBackward's, dx rounded), as the pool would.
+// (maxPoolNhwcForward's, with its epilogue); the backward's weight pass makes its bf16 words of
+// dy from the pool's gradient and codes, as the pool's backward (dx rounded) would spread them.
 struct NhwcPool {
   AvgPoolFusion f;                 // forward: the ReLU before the pool, y rounded
   float* y = nullptr;              // forward: the pool's output [n, oh / 2, ow / 2, oc]

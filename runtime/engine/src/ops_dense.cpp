@@ -267,22 +267,10 @@ bool conv2dPoolsNhwc(Device& dev, const ConvGeom& g, const PoolGeom& p) {
 
 std::size_t conv2dPoolMasks(const ConvGeom& g) { return static_cast<std::size_t>(g.n) * g.oh() * g.ow(); }
 
-namespace {
-// The 2x2 max-pool of stride 2 that conv g computes (NhwcPool::codes), as its own backward
-// would run: dy as it comes, dx in the blocks g's weight pass reads, rounded as that pass would.
-PoolGeom fusedMaxPool(const ConvGeom& g) {
-  PoolGeom p{g.n, g.oc, g.oh(), g.ow(), 2, 2, 0};
-  p.nhwc = p.xBlocked = p.dxBlocked = p.dxRounded = true;
-  p.dyBlocked = g.dyBlocked;
-  return p;
-}
-}  // namespace
-
 bool conv2dMaxPoolsNhwc(Device& dev, const ConvGeom& g, const PoolGeom& p, bool bias) {
   return g.srcNhwc && g.dstNhwc && !g.pool && g.c == 1 && p.k == 2 && p.stride == 2 && p.pad == 0 &&
          p.c == g.oc && p.h == g.oh() && p.w == g.ow() && !p.dxBlocked && cpuHasAvx512Bw() &&
-         conv2dWritesBlocked16(dev, g, bias) && conv2dGradsBlocked16(dev, g, bias, false) &&
-         detail::conv2dForwardsOneChannelWide(dev, g, bias);
+         conv2dWritesBlocked16(dev, g, bias) && detail::conv2dOneChannelWideOnOurs(dev, g, bias);
 }
 
 void conv2dForward(Device& dev, float* y, const float* x, const float* w, const float* b,
@@ -291,7 +279,7 @@ void conv2dForward(Device& dev, float* y, const float* x, const float* w, const 
   XS_CHECK(!g.pool || oneChannel(g), ShapeError,
            "conv2d: a fused pool needs the one-channel kernels (ask conv2dWritesPlanes first)");
   if (g.nhwcPool && g.nhwcPool->codes) {  // y is the max-pool's (NhwcPool::codes)
-    XS_CHECK(detail::conv2dForwardsOneChannelWide(dev, g, b != nullptr) && g.nhwcPool->y, ShapeError,
+    XS_CHECK(detail::conv2dOneChannelWideOnOurs(dev, g, b != nullptr) && g.nhwcPool->y, ShapeError,
              "conv2d: a fused max-pool needs the native bf16 one-channel kernel (ask conv2dMaxPoolsNhwc first) "
              "and the pool's output and codes");
     detail::conv2dForwardOneChannelWideBf16(dev, nullptr, x, w, b, g);
@@ -404,18 +392,11 @@ void conv2dBackward(Device& dev, float* dx, float* dw, float* db, const float* d
     fresh.keepSrc = false;
     return conv2dBackward(dev, dx, dw, db, dy, x, w, fresh);
   }
-  if (g.nhwcPool && g.nhwcPool->codes) {  // dy is the max-pool's: spread as its backward would
-    XS_CHECK(!dx && dw && g.nhwcPool->dy && detail::conv2dForwardsOneChannelWide(dev, g, db != nullptr), ShapeError,
+  if (g.nhwcPool && g.nhwcPool->codes) {  // dy is the max-pool's: the weight pass spreads it
+    XS_CHECK(!dx && dw && g.nhwcPool->dy && detail::conv2dOneChannelWideOnOurs(dev, g, db != nullptr), ShapeError,
              "conv2d: a fused max-pool's backward gives the weight and bias gradients only, from the pool's "
-             "gradient (NhwcPool::dy), on the native bf16 one-channel kernel (ask conv2dMaxPoolsNhwc first)");
-    ConvGeom spread = g;
-    spread.nhwcPool = nullptr;
-    spread.dyBlocked = true;
-    spread.dyRounded = true;
-    float* dyBlocks = detail::scratch(dev, detail::kFusedPoolGradSlot,
-                                      static_cast<std::size_t>(g.n) * g.oc * g.oh() * g.ow());
-    maxPoolNhwcBackward(dyBlocks, g.nhwcPool->dy, g.nhwcPool->codes, fusedMaxPool(g));
-    conv2dBackward(dev, nullptr, dw, db, dyBlocks, x, w, spread);
+             "gradient (NhwcPool::dy), on the native bf16 one-channel kernels (ask conv2dMaxPoolsNhwc first)");
+    detail::conv2dBackwardOneDnn(dev, nullptr, dw, db, nullptr, x, w, g);
     return;
   }
   if (g.nhwcPool) {  // dy is the pool's: spread into bf16 bits, which both narrow passes read

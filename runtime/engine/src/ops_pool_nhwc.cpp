@@ -293,19 +293,7 @@ template <bool kTiled, bool kRound>
 // window order of the scatter it replaces, from +0 with masked adds: adding +0 for a window
 // that did not pick the pixel leaves the sum's bits as they are (it is never -0), so the same
 // bits, with dx written once instead of zeroed and then added to four times.
-// A window's gradient from its dy: 0 + dy as the scalar loop has it (a -0 gradient turns +0),
-// rounded to bf16 with kRound.
-template <bool kRound>
-__attribute__((target("avx512f"))) inline __m512 gradient(const float* t) {
-  const __m512 grad = _mm512_add_ps(_mm512_setzero_ps(), _mm512_loadu_ps(t));
-  if constexpr (kRound) return roundBf16(grad);
-  return grad;
-}
-// The lanes whose window (16 codes) picked pixel `offset` (0-3) and passes dy to it.
-__attribute__((target("avx512bw,avx512vl"))) inline __mmask16 picks(__m256i codes, int offset) {
-  return _mm256_cmpeq_epi16_mask(codes, _mm256_set1_epi16(static_cast<short>(offset | kPoolPasses)));
-}
-
+// A window's gradient and picks: maxPoolGradient and maxPool2x2Picks (pool_max2x2.hpp).
 template <int S, bool kRound>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Backward512(float* dx, const float* dy,
                                                                                const std::uint16_t* code,
@@ -324,11 +312,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Backward512(
         for (int oy = 0; oy < oh; ++oy)
           for (int ox = 0; ox < ow; ++ox) {
             const std::size_t p = static_cast<std::size_t>(oy) * ow + ox;
-            const __m512 grad = gradient<kRound>(t + p * ys);
+            const __m512 grad = maxPoolGradient<kRound>(t + p * ys);
             const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + p * c));
             for (int i = 0; i < 4; ++i) {
               const std::size_t at = (static_cast<std::size_t>(2 * oy + i / 2) * w + 2 * ox + i % 2) * xs;
-              _mm512_storeu_ps(d + at, _mm512_maskz_mov_ps(picks(codes, i), grad));
+              _mm512_storeu_ps(d + at, _mm512_maskz_mov_ps(maxPool2x2Picks(codes, i), grad));
             }
           }
         forUncoveredPixels(
@@ -344,7 +332,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Backward512(
               if (oy < 0 || oy >= oh || ox < 0 || ox >= ow) continue;
               const std::size_t p = static_cast<std::size_t>(oy) * ow + ox;
               const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + p * c));
-              sum = _mm512_mask_add_ps(sum, picks(codes, 3 - i), sum, gradient<false>(t + p * ys));
+              sum = _mm512_mask_add_ps(sum, maxPool2x2Picks(codes, 3 - i), sum, maxPoolGradient<false>(t + p * ys));
             }
             _mm512_storeu_ps(d + (static_cast<std::size_t>(iy) * w + ix) * xs, sum);
           }

@@ -1,7 +1,8 @@
 // pool_max2x2.hpp: one vector of 16 channels of a 2x2 max-pool window on AVX-512 (internal
 // header): the scan order, the tie rule and the epilogue of the channels-last max-pool
-// (ops_pool_nhwc.cpp), shared by the pool's own pass and by a convolution that pools its sums in
-// registers (conv_one_channel_wide_bf16.cpp), so that both give the same bits.
+// (ops_pool_nhwc.cpp), and its backward's pick and gradient, shared by the pool's own passes and
+// by the convolution that pools its sums in registers and spreads the pool's gradient itself
+// (conv_one_channel_wide_bf16.cpp, conv_wide_weights_bf16.cpp), so that both give the same bits.
 #pragma once
 
 #include <immintrin.h>
@@ -44,6 +45,19 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void maxPool2x2Vecto
   }
   _mm512_storeu_ps(y, best);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(code), _mm512_maskz_cvtepi32_epi16(kAllLanes, at));
+}
+
+// The backward's side: the lanes whose window (16 codes) picked pixel `offset` (0-3) and passes
+// dy to it; and a window's gradient from its dy, 0 + dy (a -0 gradient turns +0), rounded to
+// bf16 with kRound.
+__attribute__((target("avx512bw,avx512vl"))) inline __mmask16 maxPool2x2Picks(__m256i codes, int offset) {
+  return _mm256_cmpeq_epi16_mask(codes, _mm256_set1_epi16(static_cast<short>(offset | kPoolPasses)));
+}
+template <bool kRound>
+__attribute__((target("avx512f"))) inline __m512 maxPoolGradient(const float* dy) {
+  const __m512 grad = _mm512_add_ps(_mm512_setzero_ps(), _mm512_loadu_ps(dy));
+  if constexpr (kRound) return roundBf16(grad);
+  return grad;
 }
 
 }  // namespace xs::engine
