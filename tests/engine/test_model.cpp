@@ -170,6 +170,28 @@ TEST(Model, AlexnetSmallestImageRunsAndTinyImageFails) {
   EXPECT_THROW(models::create(dev, config("convnet", 8)), ShapeError);
 }
 
+TEST(Model, AWindowLargerThanItsMapIsAShapeError) {
+  // PyTorch's floor((size + 2 pad - k) / stride) + 1: no window at all where the window is
+  // larger than the padded side (C++'s division toward zero had made that one window).
+  EXPECT_EQ(windowsAlong(1, 2, 2, 0), 0);   // a 2 x 2 pool of stride 2 on a 1 x 1 map
+  EXPECT_EQ(windowsAlong(5, 11, 4, 2), 0);  // AlexNet's conv 1 on a 5 x 5 image
+  EXPECT_EQ(windowsAlong(7, 11, 4, 2), 1);
+  EXPECT_EQ(windowsAlong(28, 5, 1, 1), 26);
+  // The convnet on 3 x 3 images: conv 1 gives 1 x 1, which pool 1's 2 x 2 window does not fit.
+  Device dev;
+  try {
+    models::create(dev, config("convnet", 3));
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("maxpool1: the feature map [32, 1, 1] is smaller than the pooling window"),
+              std::string::npos)
+        << e.what();
+  }
+  auto strided = std::make_unique<nn::Sequential>();  // a window of stride 4 past a 5 x 5 image
+  strided->add("conv", nn::Conv2d(1, 4, 11, 4, 2)).add("flatten", nn::Flatten()).add("fc", nn::Linear(0, 10));
+  EXPECT_THROW(Model(dev, {std::move(strided), Shape{1, 5, 5}, 10, "net"}, 1), ShapeError);
+}
+
 TEST(Model, GradientsLiveInCallerMemory) {
   Device dev;
   Model m = test::build(dev, config("mlp"));

@@ -120,6 +120,13 @@ bool linearDataGradientAmx(Device& dev, float* dx, const std::uint16_t* dy, cons
 // ---- conv2d (square stride, symmetric padding, no dilation or groups) -----------------------
 struct PlanesPool;
 struct NhwcPool;
+// The windows of size k, stride and padding pad along a side of `size`: floor((size + 2 pad - k)
+// / stride) + 1, as PyTorch's; 0 when the window is larger than the padded side (C++'s division
+// would round that up to a window).
+constexpr int windowsAlong(int size, int k, int stride, int pad) {
+  const int span = size + 2 * pad - k;
+  return span < 0 ? 0 : span / stride + 1;
+}
 struct ConvGeom {
   int n, c, h, w;       // input [n, c, h, w]
   int oc, kh, kw;       // weight [oc, c, kh, kw], bias [oc]
@@ -150,8 +157,8 @@ struct ConvGeom {
   bool dstBlocked = false;
   // dw and db are written, not added to (ParamStore::gradSlot): no read of the old gradient.
   bool overwriteGrads = false;
-  int oh() const { return (h + 2 * pad - kh) / stride + 1; }
-  int ow() const { return (w + 2 * pad - kw) / stride + 1; }
+  int oh() const { return windowsAlong(h, kh, stride, pad); }
+  int ow() const { return windowsAlong(w, kw, stride, pad); }
 };
 // How conv2d runs: oneDNN's direct convolution primitives (blocked layouts inside, staged
 // through reorders), or im2col + the GEMM backend. Default oneDNN, or $XS_ENGINE_CONV
@@ -229,8 +236,8 @@ struct PoolGeom {
   // dx written rounded to bf16, for an emulated bf16 convolution before it that would round it:
   // the average pool with any window, the max-pool channels last with windows that tile only.
   bool dxRounded = false;
-  int oh() const { return (h + 2 * pad - k) / stride + 1; }
-  int ow() const { return (w + 2 * pad - k) / stride + 1; }
+  int oh() const { return windowsAlong(h, k, stride, pad); }
+  int ow() const { return windowsAlong(w, k, stride, pad); }
   bool tiles() const { return k == stride && pad == 0; }  // each input pixel in one window at most
 };
 // One output window: its unclipped origin (oy * stride - pad, ox * stride - pad), the origin of
