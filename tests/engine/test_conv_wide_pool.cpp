@@ -40,10 +40,6 @@ ConvGeom convOf(const Case& c) {
   return g;
 }
 
-PoolEpilogue epilogueOf(const AvgPoolFusion& f) {
-  return f.roundY ? PoolEpilogue::kReluRoundedToBf16 : f.relu ? PoolEpilogue::kRelu : PoolEpilogue::kNone;
-}
-
 class ConvWideMaxPool : public test::NativeBf16Kernels {};
 
 TEST_F(ConvWideMaxPool, AFusedMaxPoolGivesTheSeparatePassesBits) {
@@ -73,7 +69,7 @@ TEST_F(ConvWideMaxPool, AFusedMaxPoolGivesTheSeparatePassesBits) {
         PoolGeom separate = pg;
         separate.xBlocked = separate.dxBlocked = separate.dxRounded = true;
         separate.dyBlocked = dyBlocked;
-        maxPoolNhwcForward(yWant.data(), codesWant.data(), yBlocks.data(), separate, epilogueOf(f));
+        maxPoolNhwcForward(yWant.data(), codesWant.data(), yBlocks.data(), separate, maxPoolEpilogue(f));
         maxPoolNhwcBackward(dyBlocks.data(), dyPool.data(), codesWant.data(), separate);
         blocked.dyBlocked = blocked.dyRounded = true;
         Vec dwWant(w.size()), dbWant(g.oc), dwGot(w.size(), 5.f), dbGot(g.oc, 5.f);

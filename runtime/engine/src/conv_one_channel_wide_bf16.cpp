@@ -139,8 +139,12 @@ PoolTile poolTileOf(int pixels, std::index_sequence<I...>) {
 template <int G>
 PoolTile poolTileOf(int pixels, const AvgPoolFusion& f) {
   constexpr auto kPairs = std::make_index_sequence<kMaxPixels / 2>();
-  if (f.roundY) return poolTileOf<G, PoolEpilogue::kReluRoundedToBf16>(pixels, kPairs);
-  return f.relu ? poolTileOf<G, PoolEpilogue::kRelu>(pixels, kPairs) : poolTileOf<G, PoolEpilogue::kNone>(pixels, kPairs);
+  switch (maxPoolEpilogue(f)) {
+    case PoolEpilogue::kReluRoundedToBf16: return poolTileOf<G, PoolEpilogue::kReluRoundedToBf16>(pixels, kPairs);
+    case PoolEpilogue::kRelu: return poolTileOf<G, PoolEpilogue::kRelu>(pixels, kPairs);
+    case PoolEpilogue::kNone: break;
+  }
+  return poolTileOf<G, PoolEpilogue::kNone>(pixels, kPairs);
 }
 
 // The forward with the max-pool fused in: rows in pairs (an odd height's last row is no pool's),

@@ -372,9 +372,8 @@ bool conv2dBackwardOneDnn(Device& dev, float* dx, float* dw, float* db, const fl
   float* dwOut = g.overwriteGrads ? dw : e->dwUser.data();
   float* dbOut = g.overwriteGrads ? db : e->dbUser.data();
   if (dw) {
-    // A fused max-pool's gradient (g.nhwcPool): our weight pass spreads it itself.
-    XS_CHECK(!g.nhwcPool || (e->wideWeightGrad && !dx), ShapeError,
-             "conv2d: a fused max-pool's gradient needs the one-channel weight pass on our kernel, and no dx");
+    // A fused max-pool's gradient (g.nhwcPool, only where conv2dBackward found our weight pass):
+    // the pass spreads it itself.
     if (!g.nhwcPool) diffDst = weightGradDiffDst();
     memory src;
     auto kept = keptValid && e->src.inner == e->bwSrc.inner ? e->keptSrc.find(x) : e->keptSrc.end();

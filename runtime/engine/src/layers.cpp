@@ -251,7 +251,7 @@ class Pool2d : public Module, public PlanesPoolSource {
     PoolGeom p = g_;
     p.n = conv.n;
     p.nhwc = true;
-    const bool max = kind_ == kMax && !dx && conv2dMaxPoolsNhwc(ctx.dev, conv, p, bias);
+    const bool max = on && kind_ == kMax && !dx && conv2dMaxPoolsNhwc(ctx.dev, conv, p, bias);
     fused_ = on && ((kind_ == kAvg && conv2dPoolsNhwc(ctx.dev, conv, p)) || max);
     if (!fused_) return nullptr;
     g_ = p;
@@ -308,9 +308,7 @@ class Pool2d : public Module, public PlanesPoolSource {
       // max(relu(x)) = relu(max(x)); rounded in the same pass when the next layer would round it.
       argmax_.ensure(ctx.dev, out, "max-pool indices");
       if (g_.nhwc) {
-        const PoolEpilogue e = rounded ? PoolEpilogue::kReluRoundedToBf16
-                               : reluBefore_ ? PoolEpilogue::kRelu
-                                             : PoolEpilogue::kNone;
+        const PoolEpilogue e = maxPoolEpilogue({.relu = reluBefore_, .roundY = rounded});
         maxPoolNhwcForward(y_.data(), reinterpret_cast<std::uint16_t*>(argmax_.data()), x.data(), g_, e);
       } else {
         maxPool2dForward(y_.data(), reinterpret_cast<std::int32_t*>(argmax_.data()), x.data(), g_);

@@ -285,6 +285,11 @@ struct AvgPoolFusion {
   bool relu = false;     // a ReLU before the pool: it pools relu(x), the ReLU's own pass saved
   bool roundY = false;   // y rounded to bf16, for a next layer that would round it
 };
+// The max-pool epilogue for the same flags (a rounded y comes with its ReLU): what a max-pool
+// fused into a convolution (NhwcPool::codes) applies, as the pool's own pass would.
+constexpr PoolEpilogue maxPoolEpilogue(AvgPoolFusion f) {
+  return f.roundY ? PoolEpilogue::kReluRoundedToBf16 : f.relu ? PoolEpilogue::kRelu : PoolEpilogue::kNone;
+}
 void avgPool2dForward(float* y, const float* x, const PoolGeom& g, AvgPoolFusion f = {});
 // dy -> dx. reluInput (the forward's x when f.relu): dx only where x > 0, the ReLU's backward
 // folded in. g.dxRounded: dx rounded to bf16 (any window shape). The bits of the separate passes.

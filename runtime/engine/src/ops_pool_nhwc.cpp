@@ -121,9 +121,9 @@ template <int S, PoolEpilogue E, int P>
 // maxPool2x2Forward with x in blocks of 16 channels, written for AVX-512 (BW for the codes'
 // narrowing store): one vector a window, its best value and pixel in registers, the tie rule
 // as one compare of each later pixel (greater, or NaN) and the epilogue as finish<E>'s and
-// passes<E>'s, so the same bits (maxPool2x2Vector, pool_max2x2.hpp). GCC vectorised the loop above at 256 bits with its masks spread
-// over k-registers: the convnet's three pools (batch 16, bf16's epilogue) took 54, 63 and 20 µs
-// a step that way, 30, 32 and 11 µs this way (Zen 5).
+// passes<E>'s, so the same bits (maxPool2x2Vector, pool_max2x2.hpp). GCC vectorised the loop
+// above at 256 bits with its masks spread over k-registers: the convnet's three pools (batch
+// 16, bf16's epilogue) took 54, 63 and 20 µs a step that way, 30, 32 and 11 µs this way (Zen 5).
 template <int S, PoolEpilogue E>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void maxPool2x2Blocked512(float* __restrict y,
                                                                               std::uint16_t* __restrict code,
