@@ -46,6 +46,10 @@ struct Args {
   // Give the CPU up after every step (sched_yield): copies of the bench started on one core then
   // take turns a step each, as oversubscribed ranks do between their all-reduces.
   bool yieldEachStep = false;
+  // Before each step, outside its timing, write a byte in every cache line of this many MiB of
+  // other memory: the step then starts with its own data pushed out of the caches, as a rank's
+  // does after other ranks ran on its core.
+  int touchMib = 0;
   // Timed steps go on past --iters until they add up to this many seconds (of thread CPU time):
   // short steps (LeNet-5, the MLP) then span several of a shared machine's moments.
   double minSeconds = 0;
@@ -81,8 +85,10 @@ bench::Figures runEngine(const Args& a, Model& model, optim::Optimizer& opt, dou
   // wall time also counts the time other processes hold the CPU.
   std::vector<double> cpu, wall;
   double timed = 0;
+  std::vector<char> other(static_cast<std::size_t>(a.touchMib) << 20);
   for (int it = 0; it < a.iters + 2 || timed < a.minSeconds; ++it) {
     if (a.yieldEachStep) sched_yield();
+    for (std::size_t i = 0; i < other.size(); i += 64) other[i] = static_cast<char>(it);
     double c0 = threadCpuSeconds();
     auto t0 = std::chrono::steady_clock::now();
     model.trainStep(images.data(), labels.data(), a.batch);
@@ -424,6 +430,9 @@ int main(int argc, char** argv) {
                   "time, share of the step and % of peak")
       ("yield-each-step", "give the CPU up after every step: copies started on one core (taskset) then take "
                           "turns a step each, as oversubscribed ranks do")
+      ("touch-mib", po::value(&a.touchMib)->default_value(a.touchMib),
+       "before each step, outside its timing, write a byte in every cache line of this many MiB of other memory: "
+       "the step starts with its data pushed out of the caches, as after other ranks ran on its core")
       ("rounds", po::value(&a.rounds)->default_value(a.rounds),
        "with --all: run the whole table this many times (each row to stderr as it is measured), then print each "
        "row's median and the range of its % of peak (a shared machine's memory speed changes in phases)");
@@ -439,6 +448,8 @@ int main(int argc, char** argv) {
     a.itersGiven = !vm["iters"].defaulted();
     a.modules = vm.count("modules") > 0;
     a.yieldEachStep = vm.count("yield-each-step") > 0;
+    XS_CHECK(a.touchMib >= 0 && a.touchMib <= 4096, UsageError,
+             "--touch-mib must be between 0 and 4096 MiB, got " + std::to_string(a.touchMib));
     if (!vm.count("min-seconds")) a.minSeconds = a.all ? 1.0 : 0.0;
     XS_CHECK(a.minSeconds >= 0 && a.minSeconds <= 600, UsageError,
              "--min-seconds must be between 0 and 600, got " + std::to_string(a.minSeconds));
