@@ -43,6 +43,7 @@ struct Args {
   int rounds = 1;          // --all: the whole table this many times, each row's median
   bool all = false, itersGiven = false;
   bool modules = false;  // each module's own forward and backward time (Model::setModuleTimes)
+  bool peers = false;    // --all: each row's PyTorch peer too, and the row's ratio to it
   // Give the CPU up after every step (sched_yield): copies of the bench started on one core then
   // take turns a step each, as oversubscribed ranks do between their all-reduces.
   bool yieldEachStep = false;
@@ -285,6 +286,8 @@ constexpr std::size_t kPrecisionCount = std::size(kPrecisions);
 struct Measured {
   Result r;
   double percent = 0, bf16OverFp32 = 0, memoryGBs = 0;
+  double overPeer = 0;   // --peers: xspawn's images/s over PyTorch's at the row's precision (0: none)
+  std::string peerNote;  // --peers: why the peer did not run, or its version
   int iters = 0;
 };
 
@@ -314,13 +317,21 @@ void printAllHeader(const Args& base) {
              stepWhere(base), bf16ModeName(bf16Mode()),
              base.rounds > 1 ? fmt::format("; medians of {} rounds (bf16/fp32: of each round's ratio)", base.rounds)
                              : "");
-  fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9} {:>9} {:>8} {:>7}  {:<28} {:>9}{}\n", "model", "batch", "image", "prec",
+  fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9} {:>9} {:>8} {:>7}  {:<28} {:>9}{}{}\n", "model", "batch", "image", "prec",
              "images/s", "ms/step", "GFLOP/s", "% peak", "peak (GFLOP/s, unit)", "bf16/fp32",
-             base.rounds > 1 ? "  % peak range" : "");
+             base.peers ? fmt::format(" {:>10}", "x PyTorch") : "", base.rounds > 1 ? "  % peak range" : "");
 }
 
 // A row: one round's figures, or the medians of several (with the range of their % of peak).
-void printAllRow(const Case& c, const char* precision, const std::vector<Measured>& rounds) {
+// The median of the rounds' ratios to PyTorch, over the rounds where the peer ran (0: none did).
+double medianOverPeer(const std::vector<Measured>& rounds) {
+  std::vector<double> v;
+  for (const Measured& m : rounds)
+    if (m.overPeer > 0) v.push_back(m.overPeer);
+  return v.empty() ? 0 : median(v);
+}
+
+void printAllRow(const Case& c, const char* precision, const std::vector<Measured>& rounds, bool peers) {
   const Measured& first = rounds.front();
   const bool isBf16 = std::string(precision) == "bf16";
   const bench::Figures med = medianFigures(rounds);
@@ -331,11 +342,13 @@ void printAllRow(const Case& c, const char* precision, const std::vector<Measure
                                         [](const Measured& a, const Measured& b) { return a.percent < b.percent; });
     range = fmt::format("  {:.1f}-{:.1f}", lo->percent, hi->percent);
   }
-  fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9.1f} {:>9.2f} {:>8.1f} {:>7}  {:<28} {:>9}{}\n", c.model, c.batch,
+  const double overPeer = medianOverPeer(rounds);
+  const std::string peer = !peers ? "" : fmt::format(" {:>10}", overPeer > 0 ? fmt::format("{:.2f}x", overPeer) : "n/a");
+  fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9.1f} {:>9.2f} {:>8.1f} {:>7}  {:<28} {:>9}{}{}\n", c.model, c.batch,
              first.r.imageSize, precision, med.imagesPerSecond, med.msPerStep, med.gflops,
              peak.gflops > 0 ? fmt::format("{:.1f}", medianOf(rounds, &Measured::percent)) : "n/a",
              fmt::format("{:.1f} {}", peak.gflops, peak.unit),
-             isBf16 ? fmt::format("{:.2f}x", medianOf(rounds, &Measured::bf16OverFp32)) : "", range);
+             isBf16 ? fmt::format("{:.2f}x", medianOf(rounds, &Measured::bf16OverFp32)) : "", peer, range);
   std::fflush(stdout);
 }
 
@@ -348,7 +361,8 @@ nlohmann::json allRowJson(const Case& c, const char* precision, const Args& base
   for (const Measured& m : rounds)
     each.push_back({{"engine", figuresJson(m.r.eng)}, {"peak_gflops", m.r.peak.gflops},
                     {"percent_of_peak", orNull(m.r.peak.gflops > 0, m.percent)},
-                    {"bf16_over_fp32", orNull(isBf16, m.bf16OverFp32)}, {"memory_gbs", m.memoryGBs}});
+                    {"bf16_over_fp32", orNull(isBf16, m.bf16OverFp32)}, {"memory_gbs", m.memoryGBs},
+                    {"over_pytorch", orNull(m.overPeer > 0, m.overPeer)}, {"pytorch_note", m.peerNote}});
   return {{"model", c.model}, {"batch", c.batch}, {"image_size", first.r.imageSize}, {"precision", precision},
           {"iters", first.iters}, {"step_in_backward", base.stepInBackward == 1},
           {"bf16_mode", bf16ModeName(bf16Mode())},
@@ -356,15 +370,17 @@ nlohmann::json allRowJson(const Case& c, const char* precision, const Args& base
           {"peak_unit", first.r.peak.unit}, {"gflop_per_image", first.r.flopsPerImage / 1e9},
           {"percent_of_peak", orNull(medianPeak(rounds) > 0, medianOf(rounds, &Measured::percent))},
           {"bf16_over_fp32", orNull(isBf16, medianOf(rounds, &Measured::bf16OverFp32))},
+          {"over_pytorch", orNull(medianOverPeer(rounds) > 0, medianOverPeer(rounds))},
           {"engine", figuresJson(medianFigures(rounds))},
           {"rounds", each}};
 }
 
 // With --rounds N, each row of a round as it is measured (the table of medians comes at the end).
 void printRoundRow(int round, int rounds, const Case& c, const char* precision, const Measured& m) {
-  fmt::print(stderr, "round {}/{}: {} {} {} {}: {:.2f} ms/step, {}% of peak\n", round + 1, rounds, c.model, c.batch,
+  fmt::print(stderr, "round {}/{}: {} {} {} {}: {:.2f} ms/step, {}% of peak{}\n", round + 1, rounds, c.model, c.batch,
              c.imageSize, precision, m.r.eng.msPerStep,
-             m.r.peak.gflops > 0 ? fmt::format("{:.1f}", m.percent) : std::string("n/a"));
+             m.r.peak.gflops > 0 ? fmt::format("{:.1f}", m.percent) : std::string("n/a"),
+             m.overPeer > 0 ? fmt::format(", {:.2f}x PyTorch", m.overPeer) : "");
 }
 
 int runAll(const Args& base) {
@@ -372,6 +388,7 @@ int runAll(const Args& base) {
   std::vector<std::vector<Measured>> rows(kRows);  // [case * 2 + precision][round]
   if (base.rounds == 1) printAllHeader(base);
   std::vector<std::string> memory;
+  const std::string script = base.torchScript.empty() ? bench::defaultTorchScript() : base.torchScript;
   for (int round = 0; round < base.rounds; ++round) {
     const double gbs = bench::measureMemoryGBs();
     memory.push_back(fmt::format("{:.1f}", gbs));
@@ -381,25 +398,38 @@ int runAll(const Args& base) {
       Args a = base;
       a.model = c.model, a.batch = c.batch, a.imageSize = c.imageSize, a.precision = kPrecisions[i % kPrecisionCount];
       a.iters = base.itersGiven ? base.iters : c.iters;
-      Measured m{benchModel(a)};
+      Measured m;
+      m.r = benchModel(a);
       m.iters = m.r.eng.steps, m.memoryGBs = gbs;
       m.percent = percentOfPeak(m.r.eng.gflops, m.r.peak);
       if (i % kPrecisionCount) m.bf16OverFp32 = m.r.eng.imagesPerSecond / rows[i - 1].back().r.eng.imagesPerSecond;
+      if (base.peers) {
+        const bench::PeerResult peer = bench::runTorchPeer(script, c.model, c.batch, m.r.imageSize, a.precision, a.iters);
+        if (peer.figures) m.overPeer = m.r.eng.imagesPerSecond / peer.figures->imagesPerSecond;
+        m.peerNote = peer.note;
+      }
       rows[i].push_back(m);
-      if (base.rounds == 1) printAllRow(c, kPrecisions[i % kPrecisionCount], rows[i]);
+      if (base.rounds == 1) printAllRow(c, kPrecisions[i % kPrecisionCount], rows[i], base.peers);
       else printRoundRow(round, base.rounds, c, kPrecisions[i % kPrecisionCount], m);
     }
   }
   if (base.rounds > 1) {
     printAllHeader(base);
     for (std::size_t i = 0; i < kRows; ++i)
-      printAllRow(kAllCases[i / kPrecisionCount], kPrecisions[i % kPrecisionCount], rows[i]);
+      printAllRow(kAllCases[i / kPrecisionCount], kPrecisions[i % kPrecisionCount], rows[i], base.peers);
   }
   fmt::print("% peak: nominal FLOPs (3x the forward's multiply-adds x 2) over the peak the bench measured on "
-             "this core right before and after the row (the better of the two); PyTorch peers: one model at a "
-             "time (--model)\n"
+             "this core right before and after the row (the better of the two); x PyTorch (--peers): xspawn's "
+             "images/s over PyTorch's at the row's precision, one thread, the step after backward\n"
              "memory, one core, read + written ({}): {} GB/s\n",
              base.rounds > 1 ? "at each round's start" : "at the start", fmt::join(memory, ", "));
+  if (base.peers) {  // the peer's version where it ran, else why it did not
+    const Measured* shown = &rows.front().front();
+    for (const auto& row : rows)
+      for (const Measured& m : row)
+        if (m.overPeer > 0 && shown->overPeer <= 0) shown = &m;
+    fmt::print("{}: {}\n", shown->overPeer > 0 ? "peer" : "note", shown->peerNote);
+  }
   nlohmann::json out = nlohmann::json::array();
   for (std::size_t i = 0; i < kRows; ++i)
     out.push_back(allRowJson(kAllCases[i / kPrecisionCount], kPrecisions[i % kPrecisionCount], base, rows[i]));
@@ -423,7 +453,8 @@ int main(int argc, char** argv) {
       ("torch-script", po::value(&a.torchScript), "PyTorch peer script (default: ../scripts/bench_engine_torch.py)")
       ("step-in-backward", po::value(&a.stepInBackward)->default_value(a.stepInBackward),
        "1: xspawn's SGD step inside backward (Model::setOptimizerInBackward); 0: after it, as the PyTorch peer")
-      ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (no PyTorch peers; --iters then applies to every row)")
+      ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (--iters then applies to every row)")
+      ("peers", "with --all: also run each row's PyTorch peer at its precision and print the row's ratio to it")
       ("min-seconds", po::value(&a.minSeconds),
        "time more steps than --iters until they take this many seconds (default: 1 with --all, else 0)")
       ("modules", "also time each module's forward and backward (Model::setModuleTimes) and print its own "
@@ -447,6 +478,9 @@ int main(int argc, char** argv) {
     a.all = vm.count("all") > 0;
     a.itersGiven = !vm["iters"].defaulted();
     a.modules = vm.count("modules") > 0;
+    a.peers = vm.count("peers") > 0;
+    XS_CHECK(!a.peers || a.all, UsageError,
+             "--peers adds PyTorch to the --all table: add --all (a single model's run has its peer already)");
     a.yieldEachStep = vm.count("yield-each-step") > 0;
     XS_CHECK(a.touchMib >= 0 && a.touchMib <= 4096, UsageError,
              "--touch-mib must be between 0 and 4096 MiB, got " + std::to_string(a.touchMib));
