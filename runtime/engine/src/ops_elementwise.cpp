@@ -96,7 +96,10 @@ XS_CLONES void addReluForward(float* y, const float* a, const float* b, std::siz
 
 XS_CLONES void reluMaskedSum(float* dx, const float* a, const float* b, const float* y, std::size_t count) {
 #pragma omp simd
-  for (std::size_t i = 0; i < count; ++i) dx[i] = y[i] > 0.f ? a[i] + b[i] : 0.f;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float sum = a[i] + b[i];  // loaded everywhere, not through masks (as reluGradLoop's dy)
+    dx[i] = y[i] > 0.f ? sum : 0.f;
+  }
 }
 
 XS_CLONES void accumulate(float* dst, const float* src, std::size_t count) {
