@@ -56,6 +56,7 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "round $r: xspawn $n ranks $v images/s" >&2
     if [ "$TORCH" = 1 ]; then
       v=$(torch_run "$n")
+      [ -n "$v" ] || { echo "bench_oversubscribed.sh: PyTorch DDP at $n ranks printed no images/s (TORCH=0 leaves it out)" >&2; exit 1; }
       echo "$v" >> "$OUT/torch-$n"
       echo "round $r: PyTorch DDP $n ranks $v images/s" >&2
     fi

@@ -322,7 +322,6 @@ void printAllHeader(const Args& base) {
              base.peers ? fmt::format(" {:>10}", "x PyTorch") : "", base.rounds > 1 ? "  % peak range" : "");
 }
 
-// A row: one round's figures, or the medians of several (with the range of their % of peak).
 // The median of the rounds' ratios to PyTorch, over the rounds where the peer ran (0: none did).
 double medianOverPeer(const std::vector<Measured>& rounds) {
   std::vector<double> v;
@@ -331,6 +330,7 @@ double medianOverPeer(const std::vector<Measured>& rounds) {
   return v.empty() ? 0 : median(v);
 }
 
+// A row: one round's figures, or the medians of several (with the range of their % of peak).
 void printAllRow(const Case& c, const char* precision, const std::vector<Measured>& rounds, bool peers) {
   const Measured& first = rounds.front();
   const bool isBf16 = std::string(precision) == "bf16";
@@ -343,7 +343,8 @@ void printAllRow(const Case& c, const char* precision, const std::vector<Measure
     range = fmt::format("  {:.1f}-{:.1f}", lo->percent, hi->percent);
   }
   const double overPeer = medianOverPeer(rounds);
-  const std::string peer = !peers ? "" : fmt::format(" {:>10}", overPeer > 0 ? fmt::format("{:.2f}x", overPeer) : "n/a");
+  const std::string peer =
+      !peers ? "" : fmt::format(" {:>10}", overPeer > 0 ? fmt::format("{:.2f}x", overPeer) : "n/a");
   fmt::print("{:<9} {:>5} {:>5} {:<5} {:>9.1f} {:>9.2f} {:>8.1f} {:>7}  {:<28} {:>9}{}{}\n", c.model, c.batch,
              first.r.imageSize, precision, med.imagesPerSecond, med.msPerStep, med.gflops,
              peak.gflops > 0 ? fmt::format("{:.1f}", medianOf(rounds, &Measured::percent)) : "n/a",
@@ -404,7 +405,8 @@ int runAll(const Args& base) {
       m.percent = percentOfPeak(m.r.eng.gflops, m.r.peak);
       if (i % kPrecisionCount) m.bf16OverFp32 = m.r.eng.imagesPerSecond / rows[i - 1].back().r.eng.imagesPerSecond;
       if (base.peers) {
-        const bench::PeerResult peer = bench::runTorchPeer(script, c.model, c.batch, m.r.imageSize, a.precision, a.iters);
+        const bench::PeerResult peer =
+            bench::runTorchPeer(script, c.model, c.batch, m.r.imageSize, a.precision, a.iters);
         if (peer.figures) m.overPeer = m.r.eng.imagesPerSecond / peer.figures->imagesPerSecond;
         m.peerNote = peer.note;
       }
@@ -453,7 +455,8 @@ int main(int argc, char** argv) {
       ("torch-script", po::value(&a.torchScript), "PyTorch peer script (default: ../scripts/bench_engine_torch.py)")
       ("step-in-backward", po::value(&a.stepInBackward)->default_value(a.stepInBackward),
        "1: xspawn's SGD step inside backward (Model::setOptimizerInBackward); 0: after it, as the PyTorch peer")
-      ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (--iters then applies to every row)")
+      ("all", "every built-in model at its training batch, fp32 and bf16, % of peak and bf16/fp32 (--iters then "
+              "applies to every row)")
       ("peers", "with --all: also run each row's PyTorch peer at its precision and print the row's ratio to it")
       ("min-seconds", po::value(&a.minSeconds),
        "time more steps than --iters until they take this many seconds (default: 1 with --all, else 0)")
