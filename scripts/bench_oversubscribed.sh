@@ -13,6 +13,7 @@
 #   scripts/bench_oversubscribed.sh                       # 8 against 2 (on 2 cores), 3 rounds
 #   ROUNDS=6 TORCH=0 scripts/bench_oversubscribed.sh      # xspawn alone, 6 rounds
 #   MANY=4 scripts/bench_oversubscribed.sh                # 4 against 2
+#   TRAIN_ARGS="--max-steps 50" TORCH=0 ROUNDS=1 scripts/bench_oversubscribed.sh  # a quick look
 #
 # Needs a Release build in $BUILD (default build/) and, for TORCH=1, Debian's python3-torch.
 set -euo pipefail
@@ -24,6 +25,7 @@ GLOBAL=${GLOBAL:-128}
 ROUNDS=${ROUNDS:-3}
 TORCH=${TORCH:-1}
 TORCH_STEPS=${TORCH_STEPS:-150}
+TRAIN_ARGS=${TRAIN_ARGS:-}  # more `xspawn train` options for both sizes
 PY=/usr/bin/python3
 DATA=/usr/share/datasets/fashion-mnist
 [ -x "$BUILD/xspawn" ] || { echo "bench_oversubscribed.sh: build first ($BUILD/xspawn)" >&2; exit 1; }
@@ -38,7 +40,9 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "global batch $GLOBAL: $MANY ranks x $((GLOBAL / MANY)) against $FEW x $((GLOBAL / FEW)), $ROUNDS rounds"
 
 xspawn_run() {  # $1: ranks; prints images/s
-  "$BUILD/xspawn" -q --nprocs "$1" train --epochs 1 --eval-every 0 --test-size 1000 --batch-size $((GLOBAL / $1)) |
+  # shellcheck disable=SC2086  # TRAIN_ARGS: options, split on purpose
+  "$BUILD/xspawn" -q --nprocs "$1" train --epochs 1 --eval-every 0 --test-size 1000 --batch-size $((GLOBAL / $1)) \
+      $TRAIN_ARGS |
     sed -n 's/^training done: .*, \([0-9]*\) images\/s$/\1/p'
 }
 torch_run() {  # $1: ranks; prints images/s
