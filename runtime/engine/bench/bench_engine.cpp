@@ -358,6 +358,7 @@ nlohmann::json allRowJson(const Case& c, const char* precision, const Args& base
   const Measured& first = rounds.front();
   const bool isBf16 = std::string(precision) == "bf16";
   auto orNull = [](bool has, double v) { return has ? nlohmann::json(v) : nlohmann::json(); };
+  const double overPeer = medianOverPeer(rounds);
   nlohmann::json each = nlohmann::json::array();
   for (const Measured& m : rounds)
     each.push_back({{"engine", figuresJson(m.r.eng)}, {"peak_gflops", m.r.peak.gflops},
@@ -371,7 +372,7 @@ nlohmann::json allRowJson(const Case& c, const char* precision, const Args& base
           {"peak_unit", first.r.peak.unit}, {"gflop_per_image", first.r.flopsPerImage / 1e9},
           {"percent_of_peak", orNull(medianPeak(rounds) > 0, medianOf(rounds, &Measured::percent))},
           {"bf16_over_fp32", orNull(isBf16, medianOf(rounds, &Measured::bf16OverFp32))},
-          {"over_pytorch", orNull(medianOverPeer(rounds) > 0, medianOverPeer(rounds))},
+          {"over_pytorch", orNull(overPeer > 0, overPeer)},
           {"engine", figuresJson(medianFigures(rounds))},
           {"rounds", each}};
 }

@@ -252,7 +252,7 @@ class Pool2d : public Module, public PlanesPoolSource {
     p.n = conv.n;
     p.nhwc = true;
     const bool max = on && kind_ == kMax && !dx && conv2dMaxPoolsNhwc(ctx.dev, conv, p, bias);
-    fused_ = on && ((kind_ == kAvg && conv2dPoolsNhwc(ctx.dev, conv, p)) || max);
+    fused_ = max || (on && kind_ == kAvg && conv2dPoolsNhwc(ctx.dev, conv, p));
     if (!fused_) return nullptr;
     g_ = p;
     planes_ = false;
