@@ -441,3 +441,68 @@ TEST(Model, BadInputsAreClearErrors) {
 
 }  // namespace
 }  // namespace xs::engine
+
+namespace xs::engine {
+namespace {
+
+// Runs the network it wraps with no gradient pool (Context::gradients null): every module
+// keeps its own input gradient, as a module run outside a model does.
+class WithoutGradientPool : public nn::Module {
+ public:
+  explicit WithoutGradientPool(std::unique_ptr<nn::Sequential> inner) : inner_(std::move(inner)) {}
+  Shape build(const Shape& in, const std::string& prefix, nn::BuildInfo& info) override {
+    inner_->setNeedInputGrad(needInputGrad_);
+    return inner_->build(in, prefix, info);
+  }
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override { return inner_->forward(x, ctx); }
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override {
+    nn::Context own = ctx;
+    own.gradients = nullptr;
+    return inner_->backward(dy, own);
+  }
+
+ private:
+  std::unique_ptr<nn::Sequential> inner_;
+};
+
+// Chains, pools (one fused into a convolution), residual blocks with and without a projection,
+// a batch-norm with its ReLU, dropout, a flatten and a linear layer.
+std::unique_ptr<nn::Sequential> poolTestNetwork() {
+  auto n = std::make_unique<nn::Sequential>();
+  n->add("conv1", nn::Conv2d(3, 16, 3, 1, 1)).add("relu1", nn::ReLU())
+      .add("conv2", nn::Conv2d(16, 16, 3, 1, 1)).add("relu2", nn::ReLU()).add("pool", nn::MaxPool2d(2))
+      .add("block1", nn::BasicBlock(16, 16, 1)).add("block2", nn::BasicBlock(16, 32, 2))
+      .add("conv3", nn::Conv2d(32, 32, 3, 1, 1, false)).add("bn", nn::BatchNorm2d(32, true))
+      .add("drop", nn::Dropout(0.25f)).add("avg", nn::AdaptiveAvgPool2d(1, 1)).add("flatten", nn::Flatten())
+      .add("fc", nn::Linear(32, 10));
+  return n;
+}
+
+// The weights after three steps and the device's peak memory.
+std::pair<std::vector<float>, std::size_t> trainedWithPool(Precision p, bool pooled) {
+  auto net = std::make_unique<nn::Sequential>();
+  if (pooled) net->add("body", poolTestNetwork());
+  else net->add("body", std::make_unique<WithoutGradientPool>(poolTestNetwork()));
+  Device dev(p == Precision::kBf16 ? golden::bf16Options() : DeviceOptions{});
+  Model model(dev, {std::move(net), Shape{3, 16, 16}, 10, "net"}, 5);
+  test::trainThreeSteps(model, dev);
+  return {{model.params().values(), model.params().values() + model.params().size()}, dev.peak()};
+}
+
+// A model's modules write their input gradients into buffers they give back once read
+// (gradient_pool.hpp): the same weights, bit for bit, as when each keeps its own, in less memory.
+TEST(Model, ActivationGradientsShareBuffersWithTheSameBits) {
+  // One [8, 16, 16, 16] gradient: conv1's to block1's twelve input gradients are this size or a
+  // quarter of it.
+  const std::size_t gradient = 8 * 16 * 16 * 16 * sizeof(float);
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(precisionName(p));
+    const auto [pooled, pooledPeak] = trainedWithPool(p, true);
+    const auto [own, ownPeak] = trainedWithPool(p, false);
+    EXPECT_TRUE(test::sameBits(pooled, own));
+    EXPECT_LT(pooledPeak + gradient, ownPeak) << pooledPeak << " against " << ownPeak << " bytes";
+  }
+}
+
+}  // namespace
+}  // namespace xs::engine

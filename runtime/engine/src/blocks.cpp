@@ -3,6 +3,7 @@
 
 #include "xspawn/error.hpp"
 #include "xspawn/nn.hpp"
+#include "gradient_pool.hpp"
 #include "module_clock.hpp"
 #include "ops.hpp"
 
@@ -61,8 +62,12 @@ const Tensor& Sequential::backward(const Tensor& dy, Context& ctx) {
   for (std::size_t i = children_.size(); i-- > firstBackward_;) {
     Module& m = *children_[i].second;
     if (clock) clock->begin();
-    t = &m.backward(*t, ctx);
+    const Tensor& dx = m.backward(*t, ctx);
     if (clock) clock->end(&m, info_[i].name, info_[i].forwardFlops, info_[i].backwardFlops, true);
+    // t has been read for the last time unless m passed it on: its buffer goes back to the
+    // model's pool (when it came from there). dy is the caller's, which may read it again.
+    if (dx.data() != t->data() && t != &dy) engine::detail::giveBackGradient(ctx, *t);
+    t = &dx;
   }
   return firstBackward_ > 0 ? dx_ : *t;  // dx_ stays empty: nobody reads it
 }
@@ -115,7 +120,7 @@ class BasicBlock : public Module {
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     const Tensor* ds = &dy;  // d loss / d (body + shortcut): dy through the ReLU
     if (!maskedGrad_) {
-      dsum_.ensure(ctx.dev, dy.shape(), "activation gradients");
+      detail::lendGradient(ctx, dsum_, dy.shape());
       dsum_.setLayout(dy.layout());
       reluBackward(dsum_.data(), dy.data(), y_.data(), dy.numel());
       ds = &dsum_;
@@ -123,15 +128,20 @@ class BasicBlock : public Module {
     const Tensor& dxBody = body_.backward(*ds, ctx);
     if (!needInputGrad_) {
       if (shortcut_) shortcut_->backward(*ds, ctx);
+      detail::giveBackGradient(ctx, dsum_);
       return dx_;
     }
-    dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    detail::lendGradient(ctx, dx_, x_->shape());
     dx_.setLayout(x_->layout());
     const Tensor& dxShort = shortcut_ ? shortcut_->backward(*ds, ctx) : *ds;
     if (reluInput_)  // also the backward of the ReLU that produced x, which then leaves it as is
       reluMaskedSum(dx_.data(), dxBody.data(), dxShort.data(), x_->data(), dx_.numel());
     else
       addForward(dx_.data(), dxBody.data(), dxShort.data(), dx_.numel());
+    // Both paths' gradients and dsum_ are read (dy is the caller's).
+    detail::giveBackGradient(ctx, dxBody);
+    if (shortcut_) detail::giveBackGradient(ctx, dxShort);
+    detail::giveBackGradient(ctx, dsum_);
     return dx_;
   }
 

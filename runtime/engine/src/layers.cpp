@@ -7,6 +7,7 @@
 
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
+#include "gradient_pool.hpp"
 #include "ops.hpp"
 #include "param_mirror.hpp"
 #include "rng.hpp"
@@ -80,7 +81,7 @@ class Linear : public Module {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     int B = dy.shape()[0];
-    if (needInputGrad_) dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+    if (needInputGrad_) detail::lendGradient(ctx, dx_, x_->shape());
     rounded_.dyRounded = dy.bf16Values();
     const bool overwrite = ctx.params.gradSlot(w_, b_).overwrite;
     float* dx = needInputGrad_ ? dx_.data() : nullptr;
@@ -192,7 +193,7 @@ class Conv2d : public Module {
     XS_CHECK(!fused || dy.dtype() == DType::kF32, ShapeError, "conv2d with a fused pool: dy must be float32");
     g_.dxBlocked = blockedDx_;
     if (needInputGrad_) {
-      dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+      detail::lendGradient(ctx, dx_, x_->shape());
       dx_.setLayout(blockedDx_ ? Layout::kNchw16c : x_->layout());
     }
     g_.dyBf16 = dy.dtype() == DType::kBf16;
@@ -336,7 +337,7 @@ class Pool2d : public Module, public PlanesPoolSource {
     g_.dyBlocked = dy.layout() == Layout::kNchw16c;
     g_.dxBlocked = blockedDx_;
     Tensor& dx = nhwc ? staged_ : dx_;
-    dx.ensure(ctx.dev, x_->shape(), "activation gradients");
+    detail::lendGradient(ctx, dx, x_->shape());
     dx.setBf16Values(g_.dxRounded);  // set for average pools and channels-last max-pools
     dx.setLayout(blockedDx_ ? Layout::kNchw16c : g_.nhwc ? Layout::kNhwc : Layout::kNchw);
     if (kind_ == kAdaptive)
@@ -352,9 +353,10 @@ class Pool2d : public Module, public PlanesPoolSource {
       maxPool2dBackward(dx.data(), dy.data(), reinterpret_cast<const std::int32_t*>(argmax_.data()), g_,
                         reluBefore_ ? y_.data() : nullptr);
     if (nhwc) {
-      dx_.ensure(ctx.dev, x_->shape(), "activation gradients");
+      detail::lendGradient(ctx, dx_, x_->shape());
       dx_.setLayout(Layout::kNhwc);
       nchwToNhwc(dx_.data(), staged_.data(), g_.n, g_.c, g_.h * g_.w);
+      detail::giveBackGradient(ctx, staged_);
     }
     return dx_;
   }
@@ -440,7 +442,7 @@ class Relu : public Module, public PlanesPoolSource {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (passThrough_) return dy;  // the pool after it already passed only the positive positions
-    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    detail::lendGradient(ctx, dx_, dy.shape());
     dx_.setLayout(dy.layout());
     if (roundDx_) reluBackwardRoundedToBf16(dx_.data(), dy.data(), y_.data(), dy.numel());
     else reluBackward(dx_.data(), dy.data(), y_.data(), dy.numel());
@@ -476,7 +478,7 @@ class Dropout : public Module {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (!active_) return dy;
-    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    detail::lendGradient(ctx, dx_, dy.shape());
     dx_.setLayout(dy.layout());
     dropoutBackward(dx_.data(), dy.data(), mask_.data(), dy.numel());
     return dx_;
@@ -527,7 +529,7 @@ class BatchNorm2d : public Module {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     XS_CHECK(dy.layout() == y_.layout(), ShapeError, "batch-norm: the gradient's layout differs from the output's");
-    dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
+    detail::lendGradient(ctx, dx_, dy.shape());
     dx_.setLayout(dy.layout());
     // Feeding a bf16 convolution, dx is written as the bf16 it would be rounded to there.
     args_.dxBf16 = gradToConv_ && args_.nhwc && ctx.dev.precision() == Precision::kBf16;
@@ -572,7 +574,7 @@ class Flatten : public Module {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (!needInputGrad_) return dx_;  // nobody reads the input's gradient
-    dx_.ensure(ctx.dev, in_, "activation gradients");
+    detail::lendGradient(ctx, dx_, in_);
     dx_.setLayout(nhwc_ ? Layout::kNhwc : Layout::kNchw);
     if (nhwc_) nchwToNhwc(dx_.data(), dy.data(), in_[0], in_[1], in_[2] * in_[3]);
     else std::memcpy(dx_.data(), dy.data(), dy.numel() * sizeof(float));

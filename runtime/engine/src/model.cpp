@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "xspawn/error.hpp"
+#include "gradient_pool.hpp"
 #include "module_clock.hpp"
 #include "ops.hpp"
 #include "step_in_backward.hpp"
@@ -18,7 +19,7 @@ using nn::BuildInfo;
 
 Model::Model(Device& dev, Network network, std::uint64_t seed)
     : dev_(dev), name_(std::move(network.name)), input_(network.input), numClasses_(network.numClasses),
-      seed_(seed), net_(std::move(network.layers)) {
+      seed_(seed), net_(std::move(network.layers)), gradients_(std::make_unique<detail::GradientPool>(dev)) {
   XS_CHECK(net_ != nullptr, UsageError, "model '" + name_ + "': the network has no layers: build an nn::Sequential");
   XS_CHECK(numClasses_ > 0, UsageError,
            "model '" + name_ + "': the number of classes must be positive, got " + std::to_string(numClasses_));
@@ -128,6 +129,7 @@ void Model::backward() {
                        labelSmoothing_);
   nn::Context ctx{dev_, params_, buffers_, train_, seed_, step_, &gradReady_};
   ctx.moduleClock = moduleClock_.get();
+  ctx.gradients = gradients_.get();
   if (!inBackward_) {
     net_->backward(dlogits_, ctx);
     params_.grads();  // zeros into the views this backward did not write (none in the built-in layers)

@@ -1,7 +1,8 @@
 // nn.hpp: the layers a network is built from (xs::nn, after torch.nn): Conv2d, Linear, ReLU,
 // MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, BatchNorm2d, Dropout, Flatten, the ResNet BasicBlock,
 // and Sequential to chain them. Each module owns its output and input-gradient tensors on the
-// emulated core, keeps its parameters in the model's flat buffers and names them PyTorch-style
+// emulated core (in a model's backward, the engine's own layers borrow the memory of the latter:
+// Context::gradients), keeps its parameters in the model's flat buffers and names them PyTorch-style
 // ("features.0.weight"), so a network built here maps one to one onto its PyTorch twin.
 // Wrap a network into a trainable engine::Model (model.hpp).
 #pragma once
@@ -19,6 +20,7 @@
 namespace xs::engine::detail {
 class StepInBackward;
 class ModuleClock;
+class GradientPool;
 }
 
 namespace xs::nn {
@@ -43,6 +45,11 @@ struct Context {
   engine::detail::StepInBackward* stepInBackward = nullptr;
   // Times each module's forward and backward (engine::Model::setModuleTimes); null otherwise.
   engine::detail::ModuleClock* moduleClock = nullptr;
+  // The model's activation gradients (engine::Model's backward), null otherwise: the engine's
+  // own layers write their input gradient into a buffer lent from it, which the Sequential
+  // around them takes back once the module before has read it. A module of one's own leaves it
+  // alone and keeps its own.
+  engine::detail::GradientPool* gradients = nullptr;
   // Reports the gradients of parameter views [first, last] (registered consecutively) as final:
   // a module's backward calls it once its gradients are written and it has read those
   // parameters for the last time in this backward (the gradient hook sees the gradients, and an

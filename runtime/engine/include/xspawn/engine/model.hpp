@@ -172,6 +172,7 @@ class Model {
   GradReadyHook gradReady_;
   optim::Optimizer* inBackward_ = nullptr;
   std::unique_ptr<detail::ModuleClock> moduleClock_;  // setModuleTimes
+  std::unique_ptr<detail::GradientPool> gradients_;  // the backward's activation gradients
   ModuleTimeBase moduleTimeBase_ = ModuleTimeBase::kWall;
   std::unique_ptr<Attachment> attachment_;  // last: goes first
 };
