@@ -2,6 +2,7 @@
 // the bf16 mirror of the weights the optimizers write.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -264,6 +265,37 @@ TEST(ParamStore, AValueWrittenThroughTheStoreIsRoundedAgain) {
   ps.values()[ps.views()[1].offset] = 3.f;  // values() counts every view as changed
   EXPECT_EQ(detail::ParamStoreAccess::rounded(ps, 1)[0], 3.f);
   EXPECT_EQ(detail::ParamStoreAccess::rounded(ps, 0)[0], 1.f);
+}
+
+TEST(ParamStore, AStepWritesTheBitsOfTheViewsReadThroughThemOnly) {
+  // Views a, b, c: a and c are read through the bits (as the linear layers' weights), b is not
+  // (as a convolution's, which reads the values): a step writes a's and c's bits, leaves b's
+  // memory alone, and b's first read through the bits converts its current values.
+  Device dev;
+  ParamStore ps{true};
+  for (const char* name : {"a", "b", "c"}) ps.add(name, Shape{40}, Init::kZeros);
+  ps.allocate(dev);
+  for (std::size_t v = 0; v < 3; ++v)
+    for (int i = 0; i < 40; ++i) ps.value(v)[i] = 0.5f + 0.01f * static_cast<float>(i + 40 * v);
+  using detail::ParamStoreAccess;
+  const std::uint16_t* a = ParamStoreAccess::bits(ps, 0);
+  ParamStoreAccess::bits(ps, 2);
+  auto* b = const_cast<std::uint16_t*>(a) + ps.views()[1].offset;  // b's bits, never read
+  std::fill(b, b + 40, std::uint16_t{0xdead});
+  auto opt = optim::Adam(ps, dev, optim::AdamOptions{});
+  for (int step = 0; step < 2; ++step) {
+    for (std::size_t v = 0; v < 3; ++v)
+      for (int i = 0; i < 40; ++i) ps.grad(v)[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+    opt->step();
+  }
+  const ParamStore& values = ps;
+  for (std::size_t v : {0u, 2u}) {
+    const std::uint16_t* bits = ParamStoreAccess::bits(ps, v);
+    for (int i = 0; i < 40; ++i) ASSERT_EQ(bits[i], toBf16Bits(values.value(v)[i])) << "view " << v << " " << i;
+  }
+  EXPECT_EQ(std::count(b, b + 40, std::uint16_t{0xdead}), 40);
+  ParamStoreAccess::bits(ps, 1);
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(b[i], toBf16Bits(values.value(1)[i])) << i;
 }
 
 }  // namespace

@@ -266,7 +266,16 @@ class ViewedRule : public Optimizer {
     prepare();
     const float* g = params_.grads();
     target_ = ParamStoreAccess::update(params_);
-    stepView(0, params_.size(), g);
+    // One pass over each run of consecutive views whose bits mirror it writes, or not (the
+    // whole store when it keeps no bits): a view owns the alignment gap after it, so the runs
+    // tile the buffer.
+    const auto& v = params_.views();
+    for (std::size_t first = 0, i = 1; first < v.size(); ++i) {
+      if (i < v.size() && bitsWritten(i) == bitsWritten(first)) continue;
+      const std::size_t begin = first == 0 ? 0 : v[first].offset, end = i < v.size() ? v[i].offset : params_.size();
+      stepView(begin, end - begin, g + begin);
+      first = i;
+    }
     ++steps_;
   }
   // The step a kernel may fuse: between beginViews and endViews.
@@ -285,9 +294,19 @@ class ViewedRule : public Optimizer {
     fusable_ = FusedStep{};
     ++steps_;
   }
-  // The values, and the mirror from value `offset` on, that this step writes.
+  // The values, and the mirror from value `offset` on, that this step writes: none for a view
+  // whose bits nobody reads (offset: a view's, or the start of step()'s run of them).
   float* values(std::size_t offset) const { return target_.values + offset; }
-  MirrorOut mirror(std::size_t offset) const { return mirrorAt(mirrorOf(target_, params_.size()), offset); }
+  MirrorOut mirror(std::size_t offset) const {
+    const auto& v = params_.views();
+    const auto view = std::upper_bound(v.begin(), v.end(), offset,
+                                       [](std::size_t o, const engine::ParamView& p) { return o < p.offset; });
+    if (view != v.begin() && !bitsWritten(static_cast<std::size_t>(view - v.begin()) - 1))
+      return {Mirror::kNone, nullptr, false};
+    return mirrorAt(mirrorOf(target_, params_.size()), offset);
+  }
+  // Whether this step writes view i's bits (true without a bits mirror: nothing to decide).
+  bool bitsWritten(std::size_t i) const { return !target_.bits || !target_.bitsViews || target_.bitsViews[i]; }
   float* state(std::size_t i, std::size_t offset) { return state_[i].second.data() + offset; }
 
   ParamStoreAccess::Update target_{};

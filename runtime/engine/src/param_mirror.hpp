@@ -22,11 +22,16 @@ struct ParamStoreAccess {
   // An optimizer step over every value: values to update, and the one mirror into which the
   // same pass writes each new value rounded (both null while no view has been read through a
   // mirror; a store read both ways gets the bits, and its rounded floats count as stale). The
-  // mirror counts as current from this call on: the caller writes all of size() values of it.
+  // mirror counts as current from this call on: the caller writes all of size() values of the
+  // rounded floats, or of the bits those of the views in bitsViews.
   struct Update {
     float* values;
     float* rounded;
     std::uint16_t* bits;
+    // With bits: per view, 1 where a step writes them, the views read through them so far (the
+    // linear layers' weights; the convolutions read the values); the others' bits count as
+    // stale, to be converted at their first read.
+    const std::uint8_t* bitsViews = nullptr;
   };
   static Update update(ParamStore& s);
   // The same pointers, for a step made view by view (inside backward), which calls written() at

@@ -120,7 +120,9 @@ const std::uint16_t* ParamStoreAccess::bits(ParamStore& s, std::size_t i) {
   if (s.bits_.empty()) {  // size_ is a multiple of 16: size_ / 2 floats hold its bits
     s.bits_ = Tensor(*s.dev_, Shape{static_cast<int>(s.size_ / 2)}, "bf16 parameters");
     s.bitsCurrent_.assign(s.views_.size(), 0);
+    s.bitsRead_.assign(s.views_.size(), 0);
   }
+  s.bitsRead_[i] = 1;
   auto* b = reinterpret_cast<std::uint16_t*>(s.bits_.data()) + s.views_[i].offset;
   if (!s.bitsCurrent_[i]) {
     toBf16Bits(s.values_.data() + s.views_[i].offset, b, s.views_[i].count);  // the optimizers' rule
@@ -130,8 +132,8 @@ const std::uint16_t* ParamStoreAccess::bits(ParamStore& s, std::size_t i) {
 }
 
 ParamStoreAccess::Update ParamStoreAccess::update(ParamStore& s) {
-  // The mirror's every view is written by the caller's pass (an optimizer's loop).
-  if (!s.bits_.empty()) s.bitsCurrent_.assign(s.bitsCurrent_.size(), 1);
+  // The mirror's views that the caller's pass (an optimizer's loop) writes.
+  if (!s.bits_.empty()) s.bitsCurrent_ = s.bitsRead_;
   else s.roundedCurrent_.assign(s.roundedCurrent_.size(), 1);
   return target(s);
 }
@@ -139,13 +141,14 @@ ParamStoreAccess::Update ParamStoreAccess::update(ParamStore& s) {
 ParamStoreAccess::Update ParamStoreAccess::target(ParamStore& s) {
   if (!s.bits_.empty()) {
     s.roundedCurrent_.assign(s.roundedCurrent_.size(), 0);
-    return {s.values_.data(), nullptr, reinterpret_cast<std::uint16_t*>(s.bits_.data())};
+    return {s.values_.data(), nullptr, reinterpret_cast<std::uint16_t*>(s.bits_.data()), s.bitsRead_.data()};
   }
   return {s.values_.data(), s.rounded_.empty() ? nullptr : s.rounded_.data(), nullptr};
 }
 
 void ParamStoreAccess::written(ParamStore& s, const Update& t) {
-  s.bitsCurrent_.assign(s.bitsCurrent_.size(), t.bits ? 1 : 0);
+  if (t.bits) s.bitsCurrent_ = s.bitsRead_;
+  else s.bitsCurrent_.assign(s.bitsCurrent_.size(), 0);
   s.roundedCurrent_.assign(s.roundedCurrent_.size(), t.rounded ? 1 : 0);
 }
 

@@ -114,6 +114,8 @@ class ParamStore {
   Device* dev_ = nullptr;
   Tensor rounded_, bits_;
   std::vector<std::uint8_t> roundedCurrent_, bitsCurrent_;
+  // Per view: read through the bits mirror at least once (the optimizers keep only those current).
+  std::vector<std::uint8_t> bitsRead_;
 };
 
 }  // namespace xs::engine
