@@ -27,9 +27,6 @@ class GradientPool {
   // The caller is the only reader left of t: it has been read for the last time.
   void giveBack(const Tensor& t);
 
-  std::size_t lentCount() const { return lent_.size(); }
-  std::size_t freeCount() const { return free_.size(); }
-
  private:
   struct Lent {
     Tensor* tensor;  // a module's own member: it lives as long as the model, and so the pool
