@@ -113,6 +113,9 @@ class Clip : public nn::Module {
     y_.setBf16Grad(chained_ && x.bf16Grad());  // only when its dx goes straight to x's writer
     return y_;
   }
+  // dy is read here and nowhere later: the built-in layer after this one wrote it into a buffer
+  // the model lends for the backward (nn::Context::gradients), which the Sequential takes back
+  // once this returns. dx_ is this layer's own, kept from step to step.
   const xs::engine::Tensor& backward(const xs::engine::Tensor& dy, nn::Context& ctx) override {
     dx_.ensure(ctx.dev, dy.shape(), "activation gradients");
     dx_.setLayout(dy.layout());
