@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -437,6 +438,65 @@ TEST(Model, BadInputsAreClearErrors) {
   small.memoryBytes = 2 << 20;
   Device tiny(small);
   EXPECT_THROW(models::create(tiny, config("alexnet", 63)), OutOfMemoryError);
+}
+
+// A module of one's own that copies its input and hands its input's gradient back wrong: in the
+// default layout (NCHW) whatever dy's, or marked as bf16 values.
+class MislaidGradient : public nn::Module {
+ public:
+  explicit MislaidGradient(bool bf16) : bf16_(bf16) {}
+  Shape build(const Shape& in, const std::string&, nn::BuildInfo&) override { return in; }
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override {
+    y_.ensure(ctx.dev, x.shape(), "copy");
+    y_.setLayout(x.layout());
+    std::memcpy(y_.data(), x.data(), x.numel() * sizeof(float));
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override {
+    dx_.ensure(ctx.dev, dy.shape(), "copy");
+    std::memcpy(dx_.data(), dy.data(), dy.numel() * sizeof(float));
+    if (bf16_) {
+      dx_.setLayout(dy.layout());
+      dx_.setDtype(DType::kBf16);
+    }
+    return dx_;
+  }
+
+ private:
+  bool bf16_;
+};
+
+// A ReLU, a max-pool, a dropout or a batch-norm handed back a gradient in another layout than its
+// output's (channels last after a convolution), or one of bf16 values, refuses it with a
+// ShapeError that names the module and the fix, instead of reading it in the wrong order.
+TEST(Model, AGradientInAnotherLayoutOrOfBf16ValuesIsRefused) {
+  const std::vector<std::tuple<const char*, std::function<nn::ModulePtr()>>> layers{
+      {"relu", [] { return nn::ReLU(); }},
+      {"pooling", [] { return nn::MaxPool2d(2); }},
+      {"dropout", [] { return nn::Dropout(0.25f); }},
+      {"batch-norm", [] { return nn::BatchNorm2d(16); }}};
+  for (const auto& [who, layer] : layers) {
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(who) + (bf16 ? ", bf16 values" : ", layout"));
+      auto net = std::make_unique<nn::Sequential>();
+      net->add("conv", nn::Conv2d(3, 16, 3, 1, 1)).add("layer", layer())
+          .add("mine", std::make_unique<MislaidGradient>(bf16)).add("flatten", nn::Flatten())
+          .add("fc", nn::Linear(0, 10));
+      Device dev;
+      Model model(dev, {std::move(net), Shape{3, 8, 8}, 10, "net"}, 5);
+      auto x = test::pattern(4 * model.inputShape().numel(), 13);
+      std::vector<std::int32_t> y{1, 2, 3, 4};
+      try {
+        model.trainStep(x.data(), y.data(), 4);
+        ADD_FAILURE() << "no error";
+      } catch (const ShapeError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(std::string(who) + ": the gradient"), std::string::npos) << what;
+        EXPECT_NE(what.find(bf16 ? "Tensor::setDtype(DType::kF32)" : "dx.setLayout(x.layout())"), std::string::npos)
+            << what;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -44,6 +44,18 @@ const float* productWeights(Context& ctx, std::size_t w, bool rounded) {
   return rounded ? ParamStoreAccess::rounded(ctx.params, w) : std::as_const(ctx.params).value(w);
 }
 
+// The gradient a module is handed back: float32, in its output's layout (or in channel blocks
+// where it said it takes them, Tensor::blockedGrad). A module of one's own after it that sets no
+// layout on its dx would otherwise have its values read in the wrong order, silently.
+void expectGradientOf(const Tensor& y, const Tensor& dy, const char* who) {
+  XS_CHECK(dy.layout() == y.layout() || (dy.layout() == Layout::kNchw16c && y.blockedGrad()), ShapeError,
+           std::string(who) + ": the gradient's layout differs from the output's: the module after it must give "
+                              "its input's gradient in its input's layout (dx.setLayout(x.layout()))");
+  XS_CHECK(dy.dtype() == DType::kF32, ShapeError,
+           std::string(who) + ": the gradient holds bf16 values where float32 ones are read: hand it back as "
+                              "float32 (Tensor::setDtype(DType::kF32))");
+}
+
 void expectChw(const Shape& in, const std::string& who) {
   XS_CHECK(in.rank == 3, ShapeError,
            who + " expects a [channels, height, width] input, got " + in.str() + ": put it before "
@@ -329,6 +341,7 @@ class Pool2d : public Module, public PlanesPoolSource {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    expectGradientOf(y_, dy, "pooling");
     if (fusedPass_) {  // the convolution before spreads dy back
       fusion_.dy = nhwcFusion_.dy = dy.data();
       return dy;
@@ -442,6 +455,7 @@ class Relu : public Module, public PlanesPoolSource {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (passThrough_) return dy;  // the pool after it already passed only the positive positions
+    expectGradientOf(y_, dy, "relu");
     detail::lendGradient(ctx, dx_, dy.shape());
     dx_.setLayout(dy.layout());
     if (roundDx_) reluBackwardRoundedToBf16(dx_.data(), dy.data(), y_.data(), dy.numel());
@@ -478,6 +492,7 @@ class Dropout : public Module {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (!active_) return dy;
+    expectGradientOf(y_, dy, "dropout");
     detail::lendGradient(ctx, dx_, dy.shape());
     dx_.setLayout(dy.layout());
     dropoutBackward(dx_.data(), dy.data(), mask_.data(), dy.numel());
@@ -528,7 +543,7 @@ class BatchNorm2d : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    XS_CHECK(dy.layout() == y_.layout(), ShapeError, "batch-norm: the gradient's layout differs from the output's");
+    expectGradientOf(y_, dy, "batch-norm");
     detail::lendGradient(ctx, dx_, dy.shape());
     dx_.setLayout(dy.layout());
     // Feeding a bf16 convolution, dx is written as the bf16 it would be rounded to there.
