@@ -468,15 +468,18 @@ class MislaidGradient : public nn::Module {
 
 // A ReLU, a max-pool, a dropout or a batch-norm handed back a gradient in another layout than its
 // output's (channels last after a convolution), or one of bf16 values, refuses it with a
-// ShapeError that names the module and the fix, instead of reading it in the wrong order.
+// ShapeError that names the module and the fix, instead of reading it in the wrong order; a
+// convolution, which reads bf16 gradients, refuses another layout.
 TEST(Model, AGradientInAnotherLayoutOrOfBf16ValuesIsRefused) {
-  const std::vector<std::tuple<const char*, std::function<nn::ModulePtr()>>> layers{
-      {"relu", [] { return nn::ReLU(); }},
-      {"pooling", [] { return nn::MaxPool2d(2); }},
-      {"dropout", [] { return nn::Dropout(0.25f); }},
-      {"batch-norm", [] { return nn::BatchNorm2d(16); }}};
-  for (const auto& [who, layer] : layers) {
+  const std::vector<std::tuple<const char*, std::function<nn::ModulePtr()>, bool>> layers{
+      {"relu", [] { return nn::ReLU(); }, true},
+      {"pooling", [] { return nn::MaxPool2d(2); }, true},
+      {"dropout", [] { return nn::Dropout(0.25f); }, true},
+      {"batch-norm", [] { return nn::BatchNorm2d(16); }, true},
+      {"conv2d", [] { return nn::Conv2d(16, 16, 3, 1, 1); }, false}};
+  for (const auto& [who, layer, readsF32Only] : layers) {
     for (bool bf16 : {false, true}) {
+      if (bf16 && !readsF32Only) continue;
       SCOPED_TRACE(std::string(who) + (bf16 ? ", bf16 values" : ", layout"));
       auto net = std::make_unique<nn::Sequential>();
       net->add("conv", nn::Conv2d(3, 16, 3, 1, 1)).add("layer", layer())
