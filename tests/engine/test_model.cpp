@@ -468,7 +468,7 @@ class MislaidGradient : public nn::Module {
 
 // A ReLU, a max-pool, a dropout or a batch-norm handed back a gradient in another layout than its
 // output's (channels last after a convolution), or one of bf16 values, refuses it with a
-// ShapeError that names the module and the fix, instead of reading it in the wrong order; a
+// ShapeError that names the module (its name in the network and its kind) and the fix, instead of reading it in the wrong order; a
 // convolution, which reads bf16 gradients, refuses another layout.
 TEST(Model, AGradientInAnotherLayoutOrOfBf16ValuesIsRefused) {
   const std::vector<std::tuple<const char*, std::function<nn::ModulePtr()>, bool>> layers{
@@ -494,7 +494,7 @@ TEST(Model, AGradientInAnotherLayoutOrOfBf16ValuesIsRefused) {
         ADD_FAILURE() << "no error";
       } catch (const ShapeError& e) {
         const std::string what = e.what();
-        EXPECT_NE(what.find(std::string(who) + ": the gradient"), std::string::npos) << what;
+        EXPECT_NE(what.find("layer (" + std::string(who) + "): the gradient"), std::string::npos) << what;
         EXPECT_NE(what.find(bf16 ? "Tensor::setDtype(DType::kF32)" : "dx.setLayout(x.layout())"), std::string::npos)
             << what;
       }

@@ -1,4 +1,5 @@
-// layers.cpp: the leaf modules (linear, conv2d, pools, ReLU, dropout, batch-norm, flatten).
+// layers.cpp: the leaf modules (linear, conv2d, pools, ReLU, flatten); dropout and batch-norm are in
+// layers_norm_dropout.cpp.
 #include "xspawn/nn.hpp"
 
 #include <cmath>
@@ -8,9 +9,9 @@
 #include "xspawn/error.hpp"
 #include "gemm.hpp"
 #include "gradient_pool.hpp"
+#include "layer_checks.hpp"
 #include "ops.hpp"
 #include "param_mirror.hpp"
-#include "rng.hpp"
 #include "step_in_backward.hpp"
 
 namespace xs::nn {
@@ -29,6 +30,9 @@ void Context::gradsReady(std::size_t first, std::size_t last) const {
 
 namespace xs::engine {
 
+using detail::expectChw;
+using detail::expectGradientOf;
+using detail::moduleName;
 using detail::ParamStoreAccess;
 using nn::BuildInfo;
 using nn::Context;
@@ -44,23 +48,6 @@ const float* productWeights(Context& ctx, std::size_t w, bool rounded) {
   return rounded ? ParamStoreAccess::rounded(ctx.params, w) : std::as_const(ctx.params).value(w);
 }
 
-// The gradient a module is handed back: float32, in its output's layout (or in channel blocks
-// where it said it takes them, Tensor::blockedGrad). A module of one's own after it that sets no
-// layout on its dx would otherwise have its values read in the wrong order, silently.
-void expectGradientOf(const Tensor& y, const Tensor& dy, const char* who) {
-  XS_CHECK(dy.layout() == y.layout() || (dy.layout() == Layout::kNchw16c && y.blockedGrad()), ShapeError,
-           std::string(who) + ": the gradient's layout differs from the output's: the module after it must give "
-                              "its input's gradient in its input's layout (dx.setLayout(x.layout()))");
-  XS_CHECK(dy.dtype() == DType::kF32, ShapeError,
-           std::string(who) + ": the gradient holds bf16 values where float32 ones are read: hand it back as "
-                              "float32 (Tensor::setDtype(DType::kF32))");
-}
-
-void expectChw(const Shape& in, const std::string& who) {
-  XS_CHECK(in.rank == 3, ShapeError,
-           who + " expects a [channels, height, width] input, got " + in.str() + ": put it before "
-                 "the flatten");
-}
 
 class Linear : public Module {
  public:
@@ -145,6 +132,7 @@ class Conv2d : public Module {
   Conv2d(int in, int out, int k, int stride, int pad, bool bias)
       : in_(in), out_(out), k_(k), stride_(stride), pad_(pad), bias_(bias) {}
   Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    who_ = moduleName(prefix, "conv2d");
     expectChw(in, prefix + ": conv2d");
     XS_CHECK(in[0] == in_, ShapeError,
              prefix + ": conv2d expects " + std::to_string(in_) + " channels, got " + in.str());
@@ -201,8 +189,8 @@ class Conv2d : public Module {
     const Layout dyLayout = g_.dstBlocked ? Layout::kNhwc : y_.layout();  // a blocked y's dy: channels last
     const bool fused = g_.pool || g_.nhwcPool;
     XS_CHECK(fused || dy.layout() == dyLayout || (g_.dyBlocked && blockedGrads_), ShapeError,
-             "conv2d: the gradient's layout differs from the output's: the module after it must give its input's "
-             "gradient in its input's layout (dx.setLayout(x.layout()))");  // fused: the pool's dy
+             who_ + ": the gradient's layout differs from the output's: the module after it must give its input's "
+                    "gradient in its input's layout (dx.setLayout(x.layout()))");  // fused: the pool's dy
     XS_CHECK(!fused || dy.dtype() == DType::kF32, ShapeError, "conv2d with a fused pool: dy must be float32");
     g_.dxBlocked = blockedDx_;
     if (needInputGrad_) {
@@ -226,6 +214,7 @@ class Conv2d : public Module {
   bool planesNext_ = false;                         // the module after takes planes (fuseWithNext)
   bool blockedNext_ = false;                        // ... or channel blocks (takesBlockedInput)
   PlanesPoolSource* poolSource_ = nullptr;          // ... and can be computed in this one's passes
+  std::string who_ = "conv2d";                      // its name, for errors (build)
   ConvGeom g_{};
   std::size_t w_ = 0, b_ = 0;
 };
@@ -239,6 +228,7 @@ class Pool2d : public Module, public PlanesPoolSource {
   bool takesPlanarInput() const override { return kind_ == kAvg && avgPoolPlanesApply(nchw(g_)); }
   bool takesBlockedInput() const override { return kind_ == kMax && g_.k <= kMaxNhwcPoolWindow && g_.c % 16 == 0; }
   Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
+    who_ = moduleName(prefix, "pooling");
     expectChw(in, prefix + ": pooling");
     if (kind_ == kAdaptive) {
       g_ = PoolGeom{1, in[0], in[1], in[2], 1, 1, 0};
@@ -342,7 +332,7 @@ class Pool2d : public Module, public PlanesPoolSource {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    expectGradientOf(y_, dy, "pooling");
+    expectGradientOf(y_, dy, who_);
     if (fusedPass_) {  // the convolution before spreads dy back
       fusion_.dy = nhwcFusion_.dy = dy.data();
       return dy;
@@ -416,6 +406,7 @@ class Pool2d : public Module, public PlanesPoolSource {
   PlanesPool fusion_{};      // what the convolution reads and writes (fuseIntoConv)
   NhwcPool nhwcFusion_{};    // the same, channels last (fuseIntoNhwcConv)
   PoolGeom g_{};
+  std::string who_ = "pooling";  // its name, for errors (build)
   // Plane indices (int32, NCHW), window codes (uint16, channels last) or, pooling planes, the
   // fused ReLU's mask (one bit a pixel).
   Tensor argmax_;
@@ -424,7 +415,10 @@ class Pool2d : public Module, public PlanesPoolSource {
 
 class Relu : public Module, public PlanesPoolSource {
  public:
-  Shape build(const Shape& in, const std::string&, BuildInfo&) override { return in; }
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
+    who_ = moduleName(prefix, "relu");
+    return in;
+  }
   void fuseWithNext(Module& next) override {
     passThrough_ = next.absorbReluBefore();
     nextRounds_ = next.roundsInputToBf16();
@@ -456,7 +450,7 @@ class Relu : public Module, public PlanesPoolSource {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (passThrough_) return dy;  // the pool after it already passed only the positive positions
-    expectGradientOf(y_, dy, "relu");
+    expectGradientOf(y_, dy, who_);
     detail::lendGradient(ctx, dx_, dy.shape());
     dx_.setLayout(dy.layout());
     if (roundDx_) reluBackwardRoundedToBf16(dx_.data(), dy.data(), y_.data(), dy.numel());
@@ -470,101 +464,7 @@ class Relu : public Module, public PlanesPoolSource {
   bool nextRounds_ = false, roundDx_ = false;
   bool planesNext_ = false, blockedNext_ = false;
   PlanesPoolSource* next_ = nullptr;  // the module after, when it can fuse into a convolution
-};
-
-class Dropout : public Module {
- public:
-  explicit Dropout(float p) : p_(p) {
-    XS_CHECK(p >= 0.f && p < 1.f, UsageError,
-             "dropout probability " + std::to_string(p) + " must be in [0, 1)");
-  }
-  Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
-    salt_ = hashName(prefix);
-    return in;
-  }
-  const Tensor& forward(const Tensor& x, Context& ctx) override {
-    active_ = ctx.train && p_ > 0.f;
-    if (!active_) return x;
-    y_.ensure(ctx.dev, x.shape(), "activations");
-    y_.setLayout(x.layout());
-    mask_.ensure(ctx.dev, x.shape(), "dropout mask");
-    dropoutForward(y_.data(), mask_.data(), x.data(), x.numel(), p_, ctx.seed ^ salt_, ctx.step);
-    return y_;
-  }
-  const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    if (!active_) return dy;
-    expectGradientOf(y_, dy, "dropout");
-    detail::lendGradient(ctx, dx_, dy.shape());
-    dx_.setLayout(dy.layout());
-    dropoutBackward(dx_.data(), dy.data(), mask_.data(), dy.numel());
-    return dx_;
-  }
-
- private:
-  float p_;
-  bool active_ = false;
-  std::uint64_t salt_ = 0;
-  Tensor mask_;
-};
-
-class BatchNorm2d : public Module {
- public:
-  BatchNorm2d(int c, bool relu, bool gradToConv) : c_(c), relu_(relu), gradToConv_(gradToConv) {}
-  void fuseWithNext(Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
-  Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
-    expectChw(in, prefix + ": batch-norm");
-    XS_CHECK(in[0] == c_, ShapeError,
-             prefix + ": batch-norm expects " + std::to_string(c_) + " channels, got " + in.str());
-    gamma_ = info.params.add(prefix + ".weight", Shape{c_}, Init::kOnes);
-    beta_ = info.params.add(prefix + ".bias", Shape{c_}, Init::kZeros);
-    mean_ = info.buffers.add(prefix + ".running_mean", Shape{c_}, Init::kZeros);
-    var_ = info.buffers.add(prefix + ".running_var", Shape{c_}, Init::kOnes);
-    return in;
-  }
-  const Tensor& forward(const Tensor& x, Context& ctx) override {
-    x_ = &x;
-    train_ = ctx.train;
-    const Shape& s = x.shape();
-    args_ = BatchNormArgs{s[0], s[1], s[2] * s[3]};
-    args_.nhwc = x.layout() == Layout::kNhwc;
-    args_.relu = relu_;
-    args_.roundY = nextRounds_ && args_.nhwc && bf16Products(ctx.dev);  // rounding at the producer
-    y_.ensure(ctx.dev, s, "activations");
-    y_.setLayout(x.layout());
-    y_.setBf16Values(args_.roundY);
-    stats_.ensure(ctx.dev, Shape{2, c_}, "batch-norm statistics");
-    float* mean = stats_.data();
-    float* invstd = mean + c_;
-    if (train_)
-      batchNorm2dForwardTrain(y_.data(), mean, invstd, ctx.buffers.value(mean_), ctx.buffers.value(var_),
-                              x.data(), ctx.params.value(gamma_), ctx.params.value(beta_), args_);
-    else
-      batchNorm2dForwardEval(y_.data(), mean, invstd, ctx.buffers.value(mean_), ctx.buffers.value(var_),
-                             x.data(), ctx.params.value(gamma_), ctx.params.value(beta_), args_);
-    return y_;
-  }
-  const Tensor& backward(const Tensor& dy, Context& ctx) override {
-    expectGradientOf(y_, dy, "batch-norm");
-    detail::lendGradient(ctx, dx_, dy.shape());
-    dx_.setLayout(dy.layout());
-    // Feeding a bf16 convolution, dx is written as the bf16 it would be rounded to there.
-    args_.dxBf16 = gradToConv_ && args_.nhwc && ctx.dev.precision() == Precision::kBf16;
-    dx_.setDtype(args_.dxBf16 ? DType::kBf16 : DType::kF32);
-    batchNorm2dBackward(dx_.data(), ctx.params.grad(gamma_), ctx.params.grad(beta_), dy.data(),
-                        x_->data(), stats_.data(), stats_.data() + c_, ctx.params.value(gamma_),
-                        train_, args_, y_.data());
-    ctx.gradsReady(gamma_, beta_);
-    return dx_;
-  }
-
- private:
-  int c_;
-  bool relu_, gradToConv_;
-  bool nextRounds_ = false;  // the module after rounds its input to bf16 (roundsInputToBf16)
-  bool train_ = true;
-  BatchNormArgs args_{};
-  std::size_t gamma_ = 0, beta_ = 0, mean_ = 0, var_ = 0;
-  Tensor stats_;
+  std::string who_ = "relu";          // its name, for errors (build)
 };
 
 class Flatten : public Module {
@@ -623,10 +523,6 @@ ModulePtr AdaptiveAvgPool2d(int oh, int ow) {
   return std::make_unique<engine::Pool2d>(engine::Pool2d::kAdaptive, oh, ow, 0);
 }
 ModulePtr ReLU() { return std::make_unique<engine::Relu>(); }
-ModulePtr Dropout(float p) { return std::make_unique<engine::Dropout>(p); }
-ModulePtr BatchNorm2d(int channels, bool relu, bool gradToConv) {
-  return std::make_unique<engine::BatchNorm2d>(channels, relu, gradToConv);
-}
 ModulePtr Flatten() { return std::make_unique<engine::Flatten>(); }
 
 }  // namespace xs::nn
