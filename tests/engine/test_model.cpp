@@ -466,25 +466,48 @@ class MislaidGradient : public nn::Module {
   bool bf16_;
 };
 
-// A ReLU, a max-pool, a dropout or a batch-norm handed back a gradient in another layout than its
-// output's (channels last after a convolution), or one of bf16 values, refuses it with a
-// ShapeError that names the module (its name in the network and its kind) and the fix, instead of reading it in the wrong order; a
-// convolution, which reads bf16 gradients, refuses another layout.
+// A ReLU, a max-pool, a dropout, a batch-norm, a flatten or a linear layer handed back a gradient
+// in another layout than its output's (channels last after a convolution), or one of bf16
+// values, refuses it with a ShapeError that names the module (its name in the network and its
+// kind) and the fix, instead of reading it in the wrong order; a convolution, which reads bf16
+// gradients, refuses another layout. (A flatten's and a linear layer's output is flat: any
+// layout a module of one's own leaves on a flat gradient is theirs.)
 TEST(Model, AGradientInAnotherLayoutOrOfBf16ValuesIsRefused) {
-  const std::vector<std::tuple<const char*, std::function<nn::ModulePtr()>, bool>> layers{
-      {"relu", [] { return nn::ReLU(); }, true},
-      {"pooling", [] { return nn::MaxPool2d(2); }, true},
-      {"dropout", [] { return nn::Dropout(0.25f); }, true},
-      {"batch-norm", [] { return nn::BatchNorm2d(16); }, true},
-      {"conv2d", [] { return nn::Conv2d(16, 16, 3, 1, 1); }, false}};
-  for (const auto& [who, layer, readsF32Only] : layers) {
+  using Build = std::function<void(nn::Sequential&, nn::ModulePtr mine)>;
+  const auto tested = [](std::function<nn::ModulePtr()> layer) {  // the layer after the convolution
+    return Build([layer](nn::Sequential& n, nn::ModulePtr mine) {
+      n.add("layer", layer()).add("mine", std::move(mine)).add("flatten", nn::Flatten()).add("fc", nn::Linear(0, 10));
+    });
+  };
+  struct Case {
+    const char* who;
+    Build build;
+    bool layout, bf16;  // which wrong gradients it must refuse
+  };
+  const std::vector<Case> cases{
+      {"relu", tested([] { return nn::ReLU(); }), true, true},
+      {"pooling", tested([] { return nn::MaxPool2d(2); }), true, true},
+      {"dropout", tested([] { return nn::Dropout(0.25f); }), true, true},
+      {"batch-norm", tested([] { return nn::BatchNorm2d(16); }), true, true},
+      {"conv2d", tested([] { return nn::Conv2d(16, 16, 3, 1, 1); }), true, false},
+      {"flatten",
+       [](nn::Sequential& n, nn::ModulePtr mine) {
+         n.add("layer", nn::Flatten()).add("mine", std::move(mine)).add("fc", nn::Linear(0, 10));
+       },
+       false, true},
+      {"linear",
+       [](nn::Sequential& n, nn::ModulePtr mine) {
+         n.add("flatten", nn::Flatten()).add("layer", nn::Linear(0, 32)).add("mine", std::move(mine))
+             .add("fc", nn::Linear(32, 10));
+       },
+       false, true}};
+  for (const Case& c : cases) {
     for (bool bf16 : {false, true}) {
-      if (bf16 && !readsF32Only) continue;
-      SCOPED_TRACE(std::string(who) + (bf16 ? ", bf16 values" : ", layout"));
+      if (!(bf16 ? c.bf16 : c.layout)) continue;
+      SCOPED_TRACE(std::string(c.who) + (bf16 ? ", bf16 values" : ", layout"));
       auto net = std::make_unique<nn::Sequential>();
-      net->add("conv", nn::Conv2d(3, 16, 3, 1, 1)).add("layer", layer())
-          .add("mine", std::make_unique<MislaidGradient>(bf16)).add("flatten", nn::Flatten())
-          .add("fc", nn::Linear(0, 10));
+      net->add("conv", nn::Conv2d(3, 16, 3, 1, 1));
+      c.build(*net, std::make_unique<MislaidGradient>(bf16));
       Device dev;
       Model model(dev, {std::move(net), Shape{3, 8, 8}, 10, "net"}, 5);
       auto x = test::pattern(4 * model.inputShape().numel(), 13);
@@ -494,7 +517,7 @@ TEST(Model, AGradientInAnotherLayoutOrOfBf16ValuesIsRefused) {
         ADD_FAILURE() << "no error";
       } catch (const ShapeError& e) {
         const std::string what = e.what();
-        EXPECT_NE(what.find("layer (" + std::string(who) + "): the gradient"), std::string::npos) << what;
+        EXPECT_NE(what.find("layer (" + std::string(c.who) + "): the gradient"), std::string::npos) << what;
         EXPECT_NE(what.find(bf16 ? "Tensor::setDtype(DType::kF32)" : "dx.setLayout(x.layout())"), std::string::npos)
             << what;
       }

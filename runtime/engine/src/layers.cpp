@@ -53,6 +53,7 @@ class Linear : public Module {
  public:
   Linear(int in, int out) : in_(in), out_(out) {}
   Shape build(const Shape& in, const std::string& prefix, BuildInfo& info) override {
+    who_ = moduleName(prefix, "linear");
     XS_CHECK(in.rank == 1, ShapeError, prefix + ": linear expects flat features, got " + in.str());
     if (in_ == 0) in_ = in[0];  // inferred from the input
     XS_CHECK(in[0] == in_, ShapeError,
@@ -79,6 +80,7 @@ class Linear : public Module {
     return y_;
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    expectGradientOf(y_, dy, who_);
     int B = dy.shape()[0];
     if (needInputGrad_) detail::lendGradient(ctx, dx_, x_->shape());
     rounded_.dyRounded = dy.bf16Values();
@@ -106,6 +108,7 @@ class Linear : public Module {
   int in_, out_;
   std::size_t w_ = 0, b_ = 0;
   RoundedOperands rounded_;  // bf16 only
+  std::string who_ = "linear";  // its name, for errors (build)
 };
 
 // An average pool from planes computed inside the one-channel convolution before it, image by
@@ -469,7 +472,8 @@ class Relu : public Module, public PlanesPoolSource {
 
 class Flatten : public Module {
  public:
-  Shape build(const Shape& in, const std::string&, BuildInfo&) override {
+  Shape build(const Shape& in, const std::string& prefix, BuildInfo&) override {
+    who_ = moduleName(prefix, "flatten");
     return Shape{static_cast<int>(in.numel())};
   }
   void fuseWithNext(Module& next) override { nextRounds_ = next.roundsInputToBf16(); }
@@ -490,6 +494,7 @@ class Flatten : public Module {
   }
   const Tensor& backward(const Tensor& dy, Context& ctx) override {
     if (!needInputGrad_) return dx_;  // nobody reads the input's gradient
+    expectGradientOf(y_, dy, who_);
     detail::lendGradient(ctx, dx_, in_);
     dx_.setLayout(nhwc_ ? Layout::kNhwc : Layout::kNchw);
     if (nhwc_) nchwToNhwc(dx_.data(), dy.data(), in_[0], in_[1], in_[2] * in_[3]);
@@ -501,6 +506,7 @@ class Flatten : public Module {
   Shape in_;
   bool nhwc_ = false;
   bool nextRounds_ = false;
+  std::string who_ = "flatten";  // its name, for errors (build)
 };
 
 }  // namespace
