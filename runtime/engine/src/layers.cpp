@@ -32,6 +32,7 @@ namespace xs::engine {
 
 using detail::expectChw;
 using detail::expectGradientOf;
+using detail::gradientLayoutError;
 using detail::moduleName;
 using detail::ParamStoreAccess;
 using nn::BuildInfo;
@@ -192,8 +193,7 @@ class Conv2d : public Module {
     const Layout dyLayout = g_.dstBlocked ? Layout::kNhwc : y_.layout();  // a blocked y's dy: channels last
     const bool fused = g_.pool || g_.nhwcPool;
     XS_CHECK(fused || dy.layout() == dyLayout || (g_.dyBlocked && blockedGrads_), ShapeError,
-             who_ + ": the gradient's layout differs from the output's: the module after it must give its input's "
-                    "gradient in its input's layout (dx.setLayout(x.layout()))");  // fused: the pool's dy
+             gradientLayoutError(who_));  // fused: the pool's dy
     XS_CHECK(!fused || dy.dtype() == DType::kF32, ShapeError, "conv2d with a fused pool: dy must be float32");
     g_.dxBlocked = blockedDx_;
     if (needInputGrad_) {
